@@ -1,0 +1,704 @@
+//! The Profile: one model of a profiled run, whatever wrote the trace.
+//!
+//! Inputs: built by the readers in [`crate::read`]. Outputs: read by [`crate::analysis`]
+//! and [`crate::rules`]. It holds what the trace says, normalised (integer nanoseconds,
+//! parsed memcpy kinds, classified runtime calls) and linked (kernel → launching op by
+//! External id, runtime call ↔ GPU activity by correlation, op → parent op and enclosing
+//! Python frame). It does not compute metrics: that is the analysis stage's job.
+//!
+//! Units are in field names: `_ns` nanoseconds since the Unix epoch as the trace gives
+//! them (Kineto writes microseconds; we multiply), `bytes`, `_pct`.
+
+mod build;
+mod classify;
+pub mod steps;
+
+pub use build::finish;
+pub use classify::{classify_runtime, parse_memcpy_name};
+
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Interned text shared by many events (op and kernel names repeat a lot).
+pub type Name = Arc<str>;
+
+/// A whole profiled run (one rank).
+#[derive(Debug, Default, Serialize)]
+pub struct Profile {
+    /// Trace-level facts: devices, versions, distributed info.
+    pub meta: Meta,
+    /// Processes seen (from `process_name` metadata and events).
+    pub processes: Vec<Process>,
+    /// Threads seen (from `thread_name` metadata).
+    pub threads: Vec<Thread>,
+    /// CPU-side ranges: aten ops and user annotations, sorted by (pid, tid, start, -dur).
+    pub ops: Vec<CpuOp>,
+    /// Python frames (`python_function` events), sorted like `ops`.
+    pub python_frames: Vec<PyFrame>,
+    /// GPU activities (kernels, memcpys, memsets), sorted by start time.
+    pub gpu: Vec<GpuActivity>,
+    /// GPU-side annotation ranges (`gpu_user_annotation`), sorted by start.
+    pub gpu_annotations: Vec<GpuAnnotation>,
+    /// GPU-side synchronization records (`cuda_sync` category, newer Kineto).
+    pub gpu_syncs: Vec<GpuSync>,
+    /// CUDA/HIP runtime and driver API calls, sorted by start.
+    pub runtime: Vec<RuntimeCall>,
+    /// Allocator events (`[memory]` instant events), sorted by time.
+    pub memory: Vec<MemoryEvent>,
+    /// Steps (iterations) of the run, in order.
+    pub steps: Vec<Step>,
+    /// How the steps were found.
+    pub step_source: StepSource,
+    /// What the importer skipped or repaired, by kind. Nothing vanishes silently.
+    pub counters: ImportCounters,
+}
+
+/// Facts about the trace as a whole.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Meta {
+    /// File the trace was read from, as given.
+    pub source: String,
+    /// Bytes of JSON read (after decompression).
+    pub json_bytes: u64,
+    /// `schemaVersion`, when present.
+    pub schema_version: Option<i64>,
+    /// `traceName`, when present.
+    pub trace_name: Option<String>,
+    /// GPUs listed in `deviceProperties` (empty for CPU-only traces).
+    pub devices: Vec<DeviceProps>,
+    /// `distributedInfo`, when present.
+    pub distributed: Option<DistributedInfo>,
+    /// CUDA runtime version (e.g. 13000), when present.
+    pub cuda_runtime_version: Option<i64>,
+    /// CUDA driver version, when present.
+    pub cuda_driver_version: Option<i64>,
+    /// HIP runtime version (ROCm traces), when present.
+    pub hip_runtime_version: Option<i64>,
+    /// True when the trace came from ROCm (hip* runtime names or roctracer fields).
+    pub rocm: bool,
+    /// Profiler options recorded in the trace.
+    pub record_shapes: Option<bool>,
+    /// `with_stack` as recorded.
+    pub with_stack: Option<bool>,
+    /// `profile_memory` as recorded.
+    pub profile_memory: Option<bool>,
+    /// `with_flops` as recorded.
+    pub with_flops: Option<bool>,
+    /// `with_modules` as recorded.
+    pub with_modules: Option<bool>,
+    /// Start of the profiled window: the earliest event (ns).
+    pub start_ns: i64,
+    /// End of the profiled window: the latest event end (ns).
+    pub end_ns: i64,
+}
+
+/// One GPU as `deviceProperties` describes it.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct DeviceProps {
+    /// Device index.
+    pub id: i64,
+    /// Marketing name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Global memory in bytes.
+    pub total_global_mem_bytes: u64,
+    /// Compute capability major.
+    pub compute_major: i64,
+    /// Compute capability minor.
+    pub compute_minor: i64,
+    /// Streaming multiprocessors (or compute units).
+    pub num_sms: u32,
+    /// Max resident threads per SM.
+    pub max_threads_per_sm: u32,
+    /// Registers per SM.
+    pub regs_per_sm: u32,
+    /// Shared memory per SM, bytes.
+    pub shared_mem_per_sm_bytes: u64,
+    /// Warp size.
+    pub warp_size: u32,
+}
+
+/// `distributedInfo`: rank and world of a distributed run.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct DistributedInfo {
+    /// Backend (nccl, gloo, ...).
+    pub backend: Option<String>,
+    /// This trace's rank.
+    pub rank: Option<i64>,
+    /// Number of ranks.
+    pub world_size: Option<i64>,
+    /// NCCL version, when recorded.
+    pub nccl_version: Option<String>,
+}
+
+/// A process (`pid`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Process {
+    /// Process id as in the trace; GPU "processes" use the device index.
+    pub pid: i64,
+    /// Name from metadata.
+    pub name: String,
+    /// Labels from metadata (e.g. `GPU 0`).
+    pub labels: String,
+}
+
+/// A thread (`tid`), or a GPU stream when `pid` is a device.
+#[derive(Debug, Clone, Serialize)]
+pub struct Thread {
+    /// Owning process id.
+    pub pid: i64,
+    /// Thread id (stream id for GPU rows).
+    pub tid: i64,
+    /// Name from metadata.
+    pub name: String,
+}
+
+/// What kind of CPU-side range an op is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// An operator (`cpu_op`: aten::..., autograd nodes).
+    Op,
+    /// A user annotation (`user_annotation`: record_function, ProfilerStep#N, Optimizer.step#...).
+    Annotation,
+}
+
+/// A CPU-side range: an operator or an annotation.
+#[derive(Debug, Clone, Serialize)]
+pub struct CpuOp {
+    /// Operator or annotation name (`aten::mm`, `ProfilerStep#3`).
+    pub name: Name,
+    /// Operator or annotation.
+    pub kind: OpKind,
+    /// Process id.
+    pub pid: i64,
+    /// Thread id.
+    pub tid: i64,
+    /// Start (ns).
+    pub ts_ns: i64,
+    /// Duration (ns).
+    pub dur_ns: i64,
+    /// `External id`: links to the GPU work it launched.
+    pub external_id: Option<i64>,
+    /// `Record function id`: links to the execution trace's `rf_id`.
+    pub rf_id: Option<i64>,
+    /// Autograd `Sequence number` (links forward and backward).
+    pub seq: Option<i64>,
+    /// Enclosing op on the same thread (index into `Profile::ops`).
+    pub parent: Option<u32>,
+    /// Nesting depth on its thread (0 = outermost).
+    pub depth: u16,
+    /// Innermost enclosing Python frame on the same thread (index into `python_frames`).
+    pub py_frame: Option<u32>,
+    /// Input shapes as recorded (`Input Dims`): raw JSON, parsed on demand.
+    pub input_dims: Option<Box<str>>,
+    /// Input dtypes (`Input type`): raw JSON.
+    pub input_types: Option<Box<str>>,
+    /// Input strides (`Input Strides`): raw JSON.
+    pub input_strides: Option<Box<str>>,
+    /// Scalar inputs (`Concrete Inputs`): raw JSON.
+    pub concrete_inputs: Option<Box<str>>,
+    /// Module hierarchy or call stack text recorded by old profilers, when present.
+    pub call_stack: Option<Box<str>>,
+}
+
+impl CpuOp {
+    /// End (ns).
+    pub fn end_ns(&self) -> i64 {
+        self.ts_ns + self.dur_ns
+    }
+}
+
+/// A Python frame (`python_function` event, recorded with `with_stack=True`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PyFrame {
+    /// `file.py(line): function` as Kineto writes it.
+    pub name: Name,
+    /// Process id.
+    pub pid: i64,
+    /// Thread id.
+    pub tid: i64,
+    /// Start (ns).
+    pub ts_ns: i64,
+    /// Duration (ns).
+    pub dur_ns: i64,
+    /// Enclosing frame (index into `python_frames`).
+    pub parent: Option<u32>,
+    /// Depth on its thread (0 = outermost).
+    pub depth: u16,
+}
+
+impl PyFrame {
+    /// End (ns).
+    pub fn end_ns(&self) -> i64 {
+        self.ts_ns + self.dur_ns
+    }
+}
+
+/// Direction of a memory copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum CopyDir {
+    /// Host to device.
+    HtoD,
+    /// Device to host.
+    DtoH,
+    /// Device to device (same GPU).
+    DtoD,
+    /// Host to host.
+    HtoH,
+    /// Peer to peer (between GPUs).
+    PtoP,
+    /// Not stated.
+    Unknown,
+}
+
+/// Where one side of a copy lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemKind {
+    /// Pageable host memory: the copy is staged and synchronous for the host.
+    Pageable,
+    /// Pinned (page-locked) host memory.
+    Pinned,
+    /// Device memory.
+    Device,
+    /// Host memory of unstated kind (ROCm writes `Host`).
+    Host,
+    /// Managed (unified) memory.
+    Managed,
+    /// Not stated.
+    Unknown,
+}
+
+/// What a GPU activity is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum GpuKind {
+    /// A compute kernel.
+    Kernel,
+    /// A memory copy.
+    Memcpy {
+        /// Direction.
+        dir: CopyDir,
+        /// Source memory kind.
+        src: MemKind,
+        /// Destination memory kind.
+        dst: MemKind,
+    },
+    /// A memset.
+    Memset,
+}
+
+/// Launch configuration and resource use of a kernel, as Kineto records it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct LaunchInfo {
+    /// Grid dimensions (blocks).
+    pub grid: [u32; 3],
+    /// Block dimensions (threads).
+    pub block: [u32; 3],
+    /// Registers per thread.
+    pub registers_per_thread: Option<u32>,
+    /// Static + dynamic shared memory per block, bytes.
+    pub shared_mem_bytes: Option<u64>,
+    /// `blocks per SM`: grid size over SM count.
+    pub blocks_per_sm: Option<f32>,
+    /// `warps per SM`.
+    pub warps_per_sm: Option<f32>,
+    /// `est. achieved occupancy %` (CUPTI's estimate from resources and grid).
+    pub est_occupancy_pct: Option<f32>,
+}
+
+impl LaunchInfo {
+    /// Blocks in the grid.
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&g| g.max(1) as u64).product()
+    }
+    /// Threads per block.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&b| b.max(1) as u64).product()
+    }
+}
+
+/// A kernel, memcpy or memset that ran on a GPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuActivity {
+    /// Kernel, memcpy or memset.
+    pub kind: GpuKind,
+    /// Kernel name (demangled), or the memcpy/memset label.
+    pub name: Name,
+    /// Device index.
+    pub device: i64,
+    /// Stream id.
+    pub stream: i64,
+    /// Start (ns).
+    pub ts_ns: i64,
+    /// Duration (ns).
+    pub dur_ns: i64,
+    /// Correlation id (links to the runtime call that launched it).
+    pub correlation: Option<i64>,
+    /// External id (links to the launching op).
+    pub external_id: Option<i64>,
+    /// Bytes moved (memcpy/memset), when recorded.
+    pub bytes: Option<u64>,
+    /// Launch configuration (kernels only).
+    pub launch: Option<LaunchInfo>,
+    /// Launching op: the op with the same External id (index into `ops`).
+    pub op: Option<u32>,
+    /// Launching runtime call (index into `runtime`).
+    pub runtime: Option<u32>,
+}
+
+impl GpuActivity {
+    /// End (ns).
+    pub fn end_ns(&self) -> i64 {
+        self.ts_ns + self.dur_ns
+    }
+    /// True for kernels.
+    pub fn is_kernel(&self) -> bool {
+        matches!(self.kind, GpuKind::Kernel)
+    }
+    /// The copy direction, for memcpys.
+    pub fn copy_dir(&self) -> Option<CopyDir> {
+        match self.kind {
+            GpuKind::Memcpy { dir, .. } => Some(dir),
+            _ => None,
+        }
+    }
+    /// True for a copy from or to pageable host memory.
+    pub fn is_pageable_copy(&self) -> bool {
+        matches!(self.kind, GpuKind::Memcpy { src, dst, .. } if src == MemKind::Pageable || dst == MemKind::Pageable)
+    }
+}
+
+/// A GPU-side annotation range (`gpu_user_annotation`).
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuAnnotation {
+    /// Annotation name.
+    pub name: Name,
+    /// Device index.
+    pub device: i64,
+    /// Stream id.
+    pub stream: i64,
+    /// Start (ns).
+    pub ts_ns: i64,
+    /// Duration (ns).
+    pub dur_ns: i64,
+    /// External id of the CPU annotation.
+    pub external_id: Option<i64>,
+}
+
+/// A synchronization the GPU side recorded (`cuda_sync`: Stream Sync, Context Sync, ...).
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuSync {
+    /// Kind as written (`Stream Sync`, `Event Sync`, `Context Sync`, `Stream Wait Event`).
+    pub name: Name,
+    /// Device index.
+    pub device: i64,
+    /// Stream id.
+    pub stream: i64,
+    /// Start (ns).
+    pub ts_ns: i64,
+    /// Duration (ns).
+    pub dur_ns: i64,
+    /// Correlation id of the runtime call.
+    pub correlation: Option<i64>,
+}
+
+/// What a runtime/driver call does, as far as diagnosis cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeKind {
+    /// Kernel launch (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel, ...).
+    Launch,
+    /// Graph launch (cudaGraphLaunch, hipGraphLaunch).
+    GraphLaunch,
+    /// Memory copy API.
+    Memcpy,
+    /// Memset API.
+    Memset,
+    /// Blocks the host until the device catches up.
+    Sync,
+    /// Records or queries an event without blocking.
+    Event,
+    /// Makes a stream wait on an event (device-side, no host block).
+    StreamWait,
+    /// Device allocation (cudaMalloc, cudaHostAlloc, ...).
+    Malloc,
+    /// Device free.
+    Free,
+    /// Anything else (attribute queries, stream creation, ...).
+    Other,
+}
+
+/// A CUDA/HIP runtime or driver API call made by the host.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuntimeCall {
+    /// API name (`cudaLaunchKernel`).
+    pub name: Name,
+    /// What it does.
+    pub kind: RuntimeKind,
+    /// Process id.
+    pub pid: i64,
+    /// Thread id.
+    pub tid: i64,
+    /// Start (ns).
+    pub ts_ns: i64,
+    /// Duration (ns).
+    pub dur_ns: i64,
+    /// Correlation id (links to the GPU activity it caused).
+    pub correlation: Option<i64>,
+    /// External id (links to the op that made it).
+    pub external_id: Option<i64>,
+    /// The op that made the call (index into `ops`), via External id or, failing that,
+    /// the innermost op enclosing it on the same thread.
+    pub op: Option<u32>,
+    /// The GPU activity it caused (index into `gpu`), via correlation.
+    pub gpu: Option<u32>,
+}
+
+impl RuntimeCall {
+    /// End (ns).
+    pub fn end_ns(&self) -> i64 {
+        self.ts_ns + self.dur_ns
+    }
+}
+
+/// One allocator event (`[memory]` instant event, recorded with `profile_memory=True`).
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryEvent {
+    /// Time (ns).
+    pub ts_ns: i64,
+    /// Bytes allocated (positive) or freed (negative).
+    pub bytes: i64,
+    /// Allocated bytes on that device after the event.
+    pub total_allocated_bytes: Option<i64>,
+    /// Reserved (cached) bytes on that device after the event.
+    pub total_reserved_bytes: Option<i64>,
+    /// 0 = CPU, 1 = CUDA (c10::DeviceType).
+    pub device_type: i64,
+    /// Device index.
+    pub device_id: i64,
+    /// Thread id.
+    pub tid: i64,
+}
+
+impl MemoryEvent {
+    /// True for GPU (CUDA/HIP) memory.
+    pub fn is_gpu(&self) -> bool {
+        self.device_type == 1
+    }
+}
+
+/// One iteration of the program's loop.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Step {
+    /// Label (`ProfilerStep#3`, `step 2`).
+    pub name: String,
+    /// Start (ns): when the host began the iteration.
+    pub start_ns: i64,
+    /// End (ns): the next iteration's start, or for the last one the later of its host
+    /// end and the end of the GPU work it launched.
+    pub end_ns: i64,
+    /// End of the host-side range that defines the step (ns).
+    pub cpu_end_ns: i64,
+}
+
+impl Step {
+    /// Wall time of the step (ns).
+    pub fn dur_ns(&self) -> i64 {
+        self.end_ns - self.start_ns
+    }
+}
+
+/// How steps were found.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(tag = "method", rename_all = "snake_case")]
+pub enum StepSource {
+    /// `ProfilerStep#N` annotations (profiler ran with a schedule).
+    ProfilerStep,
+    /// A Python frame that repeats under the same parent (e.g. `train.py(40): train_step`).
+    PythonFrame {
+        /// The repeating frame.
+        frame: String,
+    },
+    /// A repeating top-level annotation or op (e.g. `Optimizer.step#SGD.step` boundaries).
+    Annotation {
+        /// The repeating range's name.
+        name: String,
+    },
+    /// Nothing repeats: the whole trace is one step.
+    #[default]
+    WholeTrace,
+}
+
+impl StepSource {
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        match self {
+            StepSource::ProfilerStep => "ProfilerStep#N annotations".into(),
+            StepSource::PythonFrame { frame } => format!("repeating Python frame `{frame}`"),
+            StepSource::Annotation { name } => format!("repeating annotation `{name}`"),
+            StepSource::WholeTrace => {
+                "no repeating marker found: the whole trace is one step".into()
+            }
+        }
+    }
+}
+
+/// How bad an import problem is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CounterSeverity {
+    /// Expected and harmless (e.g. flow events, which duplicate correlation ids).
+    Info,
+    /// Data was lost or guessed; results may be incomplete.
+    DataLoss,
+}
+
+/// One named import counter.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Counter {
+    /// Stable name, snake_case (`truncated_trace`).
+    pub name: &'static str,
+    /// How bad it is.
+    pub severity: CounterSeverity,
+    /// What happened, in one sentence.
+    pub description: String,
+    /// How many times.
+    pub count: u64,
+}
+
+/// Import counters: what the reader skipped or repaired.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportCounters {
+    /// Counters in the order first seen.
+    pub counters: Vec<Counter>,
+}
+
+impl ImportCounters {
+    /// Add `n` to a counter, creating it with `description` the first time.
+    pub fn add(
+        &mut self,
+        name: &'static str,
+        severity: CounterSeverity,
+        description: &str,
+        n: u64,
+    ) {
+        if n == 0 {
+            return;
+        }
+        if let Some(c) = self.counters.iter_mut().find(|c| c.name == name) {
+            c.count += n;
+        } else {
+            self.counters.push(Counter {
+                name,
+                severity,
+                description: description.to_string(),
+                count: n,
+            });
+        }
+    }
+    /// Merge another set into this one.
+    pub fn merge(&mut self, other: ImportCounters) {
+        for c in other.counters {
+            self.add(c.name, c.severity, &c.description, c.count);
+        }
+    }
+    /// The count of one counter (0 if absent).
+    pub fn get(&self, name: &str) -> u64 {
+        self.counters
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.count)
+    }
+}
+
+impl Profile {
+    /// The GPU the run used most (by busy time), from `deviceProperties`.
+    pub fn main_device(&self) -> Option<&DeviceProps> {
+        if self.meta.devices.is_empty() {
+            return None;
+        }
+        let mut busy: std::collections::HashMap<i64, i64> = Default::default();
+        for g in &self.gpu {
+            *busy.entry(g.device).or_default() += g.dur_ns;
+        }
+        let dev = busy
+            .into_iter()
+            .max_by_key(|&(d, t)| (t, -d))
+            .map(|(d, _)| d);
+        match dev {
+            Some(d) => self
+                .meta
+                .devices
+                .iter()
+                .find(|p| p.id == d)
+                .or(self.meta.devices.first()),
+            None => self.meta.devices.first(),
+        }
+    }
+
+    /// True when the trace holds any GPU activity.
+    pub fn has_gpu(&self) -> bool {
+        !self.gpu.is_empty()
+    }
+
+    /// Chain of ops from `idx` up to its outermost ancestor, innermost first.
+    pub fn op_ancestors(&self, idx: u32) -> impl Iterator<Item = u32> + '_ {
+        let mut cur = Some(idx);
+        std::iter::from_fn(move || {
+            let i = cur?;
+            cur = self.ops.get(i as usize).and_then(|o| o.parent);
+            Some(i)
+        })
+    }
+
+    /// The outermost `cpu_op` (not annotation) enclosing op `idx`, or `idx` itself.
+    pub fn top_level_op(&self, idx: u32) -> u32 {
+        let mut best = idx;
+        for a in self.op_ancestors(idx) {
+            if self.ops[a as usize].kind == OpKind::Op {
+                best = a;
+            }
+        }
+        best
+    }
+
+    /// The user's source line for op `idx`: the innermost enclosing Python frame that is
+    /// not inside torch, the standard library or site-packages. `None` without stacks.
+    pub fn user_frame(&self, idx: u32) -> Option<&PyFrame> {
+        let mut f = self.ops.get(idx as usize)?.py_frame;
+        while let Some(i) = f {
+            let frame = &self.python_frames[i as usize];
+            if is_user_frame(&frame.name) {
+                return Some(frame);
+            }
+            f = frame.parent;
+        }
+        None
+    }
+}
+
+/// True for a Python frame in the user's code rather than in torch or the interpreter.
+pub fn is_user_frame(name: &str) -> bool {
+    if name.starts_with('<') || name.starts_with("built-in") {
+        return false;
+    }
+    let file = name.split('(').next().unwrap_or(name);
+    if !file.ends_with(".py") {
+        return false;
+    }
+    const LIB: [&str; 9] = [
+        "torch/",
+        "site-packages/",
+        "dist-packages/",
+        "/lib/python",
+        "torchvision/",
+        "threading.py",
+        "contextlib.py",
+        "tensight/",
+        "runpy.py",
+    ];
+    !(LIB.iter().any(|l| file.contains(l))
+        || file.starts_with("torch")
+        || file.starts_with("functools.py"))
+}
