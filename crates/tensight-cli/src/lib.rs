@@ -1,1 +1,283 @@
-pub fn x() {}
+//! The `tensight` command line: parse arguments, dispatch, print errors. Glue only.
+//!
+//! stdout carries only the report; progress, warnings and errors go to stderr.
+//! Exit codes: 0 ok, 1 a finding at or above `--fail-on`, 2 error. A closed pipe
+//! (`tensight analyze x | head`) exits 0.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use tensight::report::{self, RenderOptions, Report};
+use tensight::rules::{self, Severity};
+
+/// The demo trace: recorded on an NVIDIA H200 (torch 2.11, CUDA 13.0) by
+/// tests/fixtures/h200-probe/recorded_by.py: a small conv net whose input is created on
+/// the CPU and moved with `.cuda()`, read through a transposed view, with a `.item()`
+/// sync per step.
+const DEMO_TRACE: &[u8] = include_bytes!("../demo/h200_probe_kineto.json.gz");
+
+#[derive(Parser)]
+#[command(
+    name = "tensight",
+    version,
+    about = "Why is my PyTorch GPU program slow, and what should I change?",
+    long_about = "tensight reads PyTorch profiler (Kineto) traces and reports the bottlenecks ranked by \
+how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
+and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
+`tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight rules S001"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Diagnose a PyTorch profiler trace (.json, .json.gz, or a folder holding one).
+    #[command(
+        after_help = "Record a trace with:\n  with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],\n                              record_shapes=True, with_stack=True) as prof:\n      for step in range(5): train_step(); prof.step()\n  prof.export_chrome_trace(\"trace.json\")\nrecord_shapes enables FLOPs and the roofline; with_stack names source lines."
+    )]
+    Analyze {
+        /// Trace file, or a folder (e.g. a TensorBoard log dir) holding one.
+        path: PathBuf,
+        #[command(flatten)]
+        out: OutputArgs,
+        /// Exit with code 1 when a finding is at least this severe.
+        #[arg(long, value_name = "SEVERITY", value_parser = ["info", "low", "moderate", "severe", "critical"])]
+        fail_on: Option<String>,
+    },
+    /// Analyze the bundled sample profile recorded on an NVIDIA H200.
+    Demo {
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List the rules, or print one rule's documentation (like `ruff rule`).
+    Rules {
+        /// A rule code (S001) or name (host-sync-in-step).
+        code: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+}
+
+#[derive(clap::Args)]
+struct OutputArgs {
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Write the report to FILE instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Colour the text report.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+    /// Wrap the text report at this many columns.
+    #[arg(long, default_value_t = 80)]
+    width: usize,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Format {
+    /// A report for people.
+    Text,
+    /// The documented JSON schema (see `schema_version`).
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum ColorChoice {
+    /// Colour when stdout is a terminal and NO_COLOR is unset.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// Run the CLI with `args` (including the program name); returns the exit code
+/// (0 ok, 1 findings at or above `--fail-on`, 2 error).
+pub fn run(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "error: {}", e.message);
+            if let Some(h) = &e.hint {
+                let _ = writeln!(err, "hint: {h}");
+            }
+            2
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> tensight::Result<i32> {
+    match cli.command {
+        Command::Analyze { path, out, fail_on } => {
+            if let Some(o) = &out.output {
+                if same_file(o, &path) {
+                    return Err(tensight::Error::new(format!(
+                        "refusing to write the report over the trace {}",
+                        path.display()
+                    ))
+                    .with_hint("choose another file for -o"));
+                }
+            }
+            let progress = std::io::stderr().is_terminal();
+            if progress {
+                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                eprint!(
+                    "tensight: reading {} ({})…",
+                    path.display(),
+                    rules::fmt_bytes(size as f64)
+                );
+            }
+            let report = tensight::analyze_path(&path);
+            if progress {
+                eprint!("\r\x1b[2K");
+            }
+            let report = report?;
+            for w in &report.warnings {
+                eprintln!("warning: {w}");
+            }
+            emit(&report, &out)?;
+            let threshold = fail_on.as_deref().and_then(Severity::parse);
+            Ok(match threshold {
+                Some(t) if report.diagnosis.findings.iter().any(|f| f.severity >= t) => 1,
+                _ => 0,
+            })
+        }
+        Command::Demo { out } => {
+            let report = tensight::analyze_bytes(
+                "demo: H200 probe (conv net, .item() sync, CPU-created input)",
+                DEMO_TRACE,
+            )?;
+            emit(&report, &out)?;
+            Ok(0)
+        }
+        Command::Rules { code, format } => {
+            let text = rules_text(code.as_deref(), format)?;
+            write_stdout(&text)?;
+            Ok(0)
+        }
+    }
+}
+
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+fn use_color(choice: ColorChoice) -> bool {
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::io::stdout().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                && std::env::var("TERM").map_or(true, |t| t != "dumb")
+        }
+    }
+}
+
+fn emit(report: &Report, out: &OutputArgs) -> tensight::Result<()> {
+    let text = match out.format {
+        Format::Json => report::json::render(report),
+        Format::Text => {
+            let color = out.output.is_none() && use_color(out.color);
+            report::terminal::render(
+                report,
+                RenderOptions {
+                    color,
+                    width: out.width,
+                },
+            )
+        }
+    };
+    match &out.output {
+        Some(path) => {
+            std::fs::write(path, text).map_err(|e| {
+                tensight::Error::new(format!(
+                    "failed to write the report to {}: {e}",
+                    path.display()
+                ))
+            })?;
+            eprintln!("tensight: report written to {}", path.display());
+            Ok(())
+        }
+        None => write_stdout(&text),
+    }
+}
+
+fn write_stdout(text: &str) -> tensight::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(tensight::Error::new(format!(
+            "failed to write the report: {e}"
+        ))),
+    }
+}
+
+fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
+    let selected: Vec<&rules::Rule> = match code {
+        Some(c) => vec![rules::find(c).ok_or_else(|| {
+            tensight::Error::new(format!("unknown rule {c}"))
+                .with_hint("`tensight rules` lists every rule")
+        })?],
+        None => rules::REGISTRY.iter().collect(),
+    };
+    Ok(match format {
+        Format::Json => {
+            let v: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
+            let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+        Format::Text if code.is_some() => {
+            let m = selected[0].meta;
+            format!(
+                "# {} {}\n\nCategory: {} · status: {:?} · since {}\n\n{}",
+                m.code,
+                m.name,
+                m.category.label(),
+                m.status,
+                m.since,
+                m.doc
+            )
+        }
+        Format::Text => {
+            let mut s = String::new();
+            for r in &selected {
+                let m = r.meta;
+                let first = m
+                    .doc
+                    .lines()
+                    .skip_while(|l| l.starts_with('#') || l.trim().is_empty())
+                    .next()
+                    .unwrap_or("");
+                s.push_str(&format!(
+                    "{:<5} {:<32} {:<17} {}\n",
+                    m.code,
+                    m.name,
+                    m.category.label(),
+                    first
+                ));
+            }
+            s.push_str("\n`tensight rules CODE` prints a rule's documentation.\n");
+            s
+        }
+    })
+}

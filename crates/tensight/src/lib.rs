@@ -5,8 +5,41 @@
 //! → [`report`] (terminal, JSON). Nothing imports a later stage. No PyO3 and no CLI here:
 //! those live in the `tensight-py` and `tensight-cli` crates.
 
+pub mod analysis;
 pub mod error;
 pub mod model;
 pub mod read;
+pub mod report;
+pub mod rules;
 
 pub use error::{Error, Result};
+
+use std::path::Path;
+
+/// Read, analyse and diagnose the trace at `path` (a file or a folder holding one).
+pub fn analyze_path(path: &Path) -> Result<report::Report> {
+    let loaded = read::load(path)?;
+    Ok(diagnose(loaded, path.display().to_string()))
+}
+
+/// Read, analyse and diagnose a trace held in memory (plain or gzip JSON).
+pub fn analyze_bytes(name: &str, bytes: &[u8]) -> Result<report::Report> {
+    let loaded = read::load_bytes(name, bytes)?;
+    Ok(diagnose(loaded, name.to_string()))
+}
+
+/// Analyse and diagnose a loaded profile.
+pub fn diagnose(loaded: read::Loaded, input: String) -> report::Report {
+    let metrics = analysis::analyze(&loaded.profile);
+    let diagnosis = rules::diagnose(&rules::Context {
+        profile: &loaded.profile,
+        metrics: &metrics,
+    });
+    report::Report {
+        profile: loaded.profile,
+        metrics,
+        diagnosis,
+        warnings: loaded.warnings,
+        input,
+    }
+}

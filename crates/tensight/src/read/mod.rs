@@ -110,14 +110,40 @@ pub fn load(path: &Path) -> Result<Loaded> {
     let shown = file.display().to_string();
     let (bytes, info) = source::open(&file)?;
     let mut warnings = Vec::new();
-    let mut profile = Profile::default();
     if let Some(e) = &info.gzip_truncated {
         warnings.push(format!(
             "the gzip stream ends early ({e}): read the {} bytes before the cut",
             bytes.len()
         ));
     }
-    match sniff(&bytes) {
+    let mut loaded = parse(&shown, &bytes)?;
+    warnings.append(&mut loaded.warnings);
+    loaded.warnings = warnings;
+    Ok(loaded)
+}
+
+/// Read and finish a profile from bytes already in memory (plain JSON or gzip).
+pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|e| Error::new(format!("failed to read trace {shown}: {e}")))?;
+        return parse(shown, &out);
+    }
+    if bytes.is_empty() {
+        return Err(Error::new(format!(
+            "failed to read trace {shown}: it is empty"
+        )));
+    }
+    parse(shown, bytes)
+}
+
+fn parse(shown: &str, bytes: &[u8]) -> Result<Loaded> {
+    let mut warnings = Vec::new();
+    let mut profile = Profile::default();
+    match sniff(bytes) {
         Sniffed::Json => {}
         Sniffed::NcuCsv => {
             return Err(Error::new(format!(
@@ -128,13 +154,13 @@ pub fn load(path: &Path) -> Result<Loaded> {
         Sniffed::Unknown => {
             return Err(Error::new(format!(
                 "failed to read trace {shown}: not JSON (first bytes: {})",
-                printable_head(&bytes)
+                printable_head(bytes)
             ))
             .with_hint("tensight reads PyTorch profiler traces: the .json or .json.gz written by torch.profiler"))
         }
     }
     use kineto::NotATrace;
-    match kineto::read(&bytes, &mut profile, &mut warnings) {
+    match kineto::read(bytes, &mut profile, &mut warnings) {
         Ok(()) => {}
         Err(NotATrace::NotJson) => {
             return Err(Error::new(format!("failed to read trace {shown}: not JSON")));
@@ -159,13 +185,11 @@ pub fn load(path: &Path) -> Result<Loaded> {
             )))
         }
     }
-    profile.meta.source = shown;
+    profile.meta.source = shown.to_string();
     profile.meta.json_bytes = bytes.len() as u64;
-    drop(bytes);
     if profile.ops.is_empty() && profile.gpu.is_empty() && profile.runtime.is_empty() {
         return Err(Error::new(format!(
-            "failed to read trace {}: it holds no events (no ops, kernels or runtime calls)",
-            profile.meta.source
+            "failed to read trace {shown}: it holds no events (no ops, kernels or runtime calls)"
         ))
         .with_hint("the profiler may have stopped before the first step; profile more steps"));
     }

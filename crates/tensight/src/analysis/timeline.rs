@@ -1,0 +1,303 @@
+//! Timeline: per-step wall time, GPU busy and idle (split by cause), kernels,
+//! transfers and sync points.
+//!
+//! GPU activity belongs to the step in which it *starts*. Busy time is the union of
+//! kernel, memcpy and memset intervals over all devices and streams, clipped to the
+//! step. Each idle gap is given one cause, checked in this order:
+//! - `sync`: a blocking sync call (stream/device/event synchronize) was in progress
+//!   when the GPU ran dry, so the host had nothing queued when it returned;
+//! - `transfer` / `data_loader`: the part of the gap the host spent inside memcpy API
+//!   calls, or inside DataLoader `__next__`;
+//! - `cpu`: the rest: the host was busy elsewhere and did not launch work in time.
+
+use crate::model::{CopyDir, GpuActivity, OpKind, Profile, RuntimeKind, Step};
+use serde::Serialize;
+
+/// How long the GPU sat idle, by cause (ns).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct IdleBreakdown {
+    /// All idle time.
+    pub total_ns: i64,
+    /// The host was not launching (CPU-bound or launch-bound).
+    pub cpu_ns: i64,
+    /// The queue had drained because the host blocked in a sync.
+    pub sync_ns: i64,
+    /// The host was inside memcpy API calls.
+    pub transfer_ns: i64,
+    /// The host was inside DataLoader `__next__`.
+    pub data_loader_ns: i64,
+}
+
+impl IdleBreakdown {
+    fn add(&mut self, o: &IdleBreakdown) {
+        self.total_ns += o.total_ns;
+        self.cpu_ns += o.cpu_ns;
+        self.sync_ns += o.sync_ns;
+        self.transfer_ns += o.transfer_ns;
+        self.data_loader_ns += o.data_loader_ns;
+    }
+}
+
+/// Transfers of one direction.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct TransferStats {
+    /// Number of copies.
+    pub count: u64,
+    /// Bytes copied (copies without a byte count add 0).
+    pub bytes: u64,
+    /// GPU time of the copies (ns).
+    pub dur_ns: i64,
+    /// Copies from or to pageable host memory.
+    pub pageable: u64,
+}
+
+impl TransferStats {
+    /// Achieved bandwidth over the copies' GPU time, GB/s.
+    pub fn bandwidth_gbs(&self) -> f64 {
+        if self.dur_ns > 0 {
+            self.bytes as f64 / self.dur_ns as f64
+        } else {
+            0.0
+        }
+    }
+    fn add(&mut self, g: &GpuActivity) {
+        self.count += 1;
+        self.bytes += g.bytes.unwrap_or(0);
+        self.dur_ns += g.dur_ns;
+        self.pageable += g.is_pageable_copy() as u64;
+    }
+}
+
+/// One step's timeline.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StepMetrics {
+    /// Step label.
+    pub name: String,
+    /// Start (ns).
+    pub start_ns: i64,
+    /// Wall time (ns).
+    pub dur_ns: i64,
+    /// Union of GPU activity inside the step (ns).
+    pub gpu_busy_ns: i64,
+    /// Kernels that started in the step.
+    pub kernels: u64,
+    /// Sum of those kernels' durations (ns).
+    pub kernel_ns: i64,
+    /// Host-to-device copies.
+    pub h2d: TransferStats,
+    /// Device-to-host copies.
+    pub d2h: TransferStats,
+    /// Device-to-device and peer copies.
+    pub d2d: TransferStats,
+    /// Memsets.
+    pub memsets: u64,
+    /// GPU idle inside the step, by cause.
+    pub idle: IdleBreakdown,
+}
+
+/// A point where the host blocked on the device.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SyncPoint {
+    /// Runtime API (`cudaStreamSynchronize`).
+    pub api: String,
+    /// Index of the runtime call in `Profile::runtime`.
+    pub runtime: u32,
+    /// Op that issued it (`aten::_local_scalar_dense`), if any.
+    pub op: Option<u32>,
+    /// Step index.
+    pub step: usize,
+    /// When it started (ns).
+    pub ts_ns: i64,
+    /// How long the host was blocked (ns).
+    pub dur_ns: i64,
+    /// GPU idle from the end of the sync to the next GPU activity (ns), within the step.
+    pub gpu_idle_after_ns: i64,
+}
+
+/// The timeline of the analysed steps.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timeline {
+    /// Per step.
+    pub steps: Vec<StepMetrics>,
+    /// Host-blocking syncs inside the steps.
+    pub syncs: Vec<SyncPoint>,
+    /// Indices (into `Profile::gpu`) of activities inside the steps, in time order.
+    #[serde(skip)]
+    pub gpu_in_steps: Vec<u32>,
+}
+
+/// Compute the timeline of every step.
+pub fn timeline(p: &Profile) -> Timeline {
+    let mut t = Timeline::default();
+    let dl = data_loader_ranges(p);
+    let memcpy_calls: Vec<(i64, i64)> = p
+        .runtime
+        .iter()
+        .filter(|r| r.kind == RuntimeKind::Memcpy)
+        .map(|r| (r.ts_ns, r.end_ns()))
+        .collect();
+    let syncs: Vec<u32> = (0..p.runtime.len() as u32)
+        .filter(|&i| p.runtime[i as usize].kind == RuntimeKind::Sync)
+        .collect();
+    for (si, s) in p.steps.iter().enumerate() {
+        let (lo, hi) = gpu_range(p, s);
+        t.gpu_in_steps.extend(lo as u32..hi as u32);
+        let acts = &p.gpu[lo..hi];
+        let mut m = StepMetrics {
+            name: s.name.clone(),
+            start_ns: s.start_ns,
+            dur_ns: s.dur_ns(),
+            gpu_busy_ns: 0,
+            kernels: 0,
+            kernel_ns: 0,
+            h2d: Default::default(),
+            d2h: Default::default(),
+            d2d: Default::default(),
+            memsets: 0,
+            idle: Default::default(),
+        };
+        for g in acts {
+            match g.copy_dir() {
+                Some(CopyDir::HtoD) => m.h2d.add(g),
+                Some(CopyDir::DtoH) => m.d2h.add(g),
+                Some(_) => m.d2d.add(g),
+                None if g.is_kernel() => {
+                    m.kernels += 1;
+                    m.kernel_ns += g.dur_ns;
+                }
+                None => m.memsets += 1,
+            }
+        }
+        let busy = merge_busy(acts, s.start_ns, s.end_ns);
+        m.gpu_busy_ns = busy.iter().map(|(a, b)| b - a).sum();
+        // Idle gaps: before the first interval, between intervals, after the last.
+        let mut cursor = s.start_ns;
+        let mut gaps = Vec::new();
+        for &(a, b) in &busy {
+            if a > cursor {
+                gaps.push((cursor, a));
+            }
+            cursor = cursor.max(b);
+        }
+        if s.end_ns > cursor {
+            gaps.push((cursor, s.end_ns));
+        }
+        for (g0, g1) in gaps {
+            let mut idle = IdleBreakdown {
+                total_ns: g1 - g0,
+                ..Default::default()
+            };
+            if sync_drained(p, &syncs, g0) {
+                idle.sync_ns = g1 - g0;
+            } else {
+                idle.transfer_ns = overlap(&memcpy_calls, g0, g1);
+                idle.data_loader_ns = overlap(&dl, g0, g1).min(idle.total_ns - idle.transfer_ns);
+                idle.cpu_ns = idle.total_ns - idle.transfer_ns - idle.data_loader_ns;
+            }
+            m.idle.add(&idle);
+        }
+        // Sync points of this step.
+        for &ri in &syncs {
+            let r = &p.runtime[ri as usize];
+            if r.ts_ns < s.start_ns || r.ts_ns >= s.end_ns {
+                continue;
+            }
+            let end = r.end_ns();
+            let next = busy
+                .iter()
+                .find(|&&(_, b)| b > end)
+                .map(|&(a, _)| a.max(end));
+            let idle_after = next.unwrap_or(s.end_ns).min(s.end_ns) - end;
+            t.syncs.push(SyncPoint {
+                api: r.name.to_string(),
+                runtime: ri,
+                op: r.op,
+                step: si,
+                ts_ns: r.ts_ns,
+                dur_ns: r.dur_ns,
+                gpu_idle_after_ns: idle_after.max(0),
+            });
+        }
+        t.steps.push(m);
+    }
+    t
+}
+
+/// Range of `p.gpu` (sorted by start) that starts inside the step.
+pub fn gpu_range(p: &Profile, s: &Step) -> (usize, usize) {
+    let lo = p.gpu.partition_point(|g| g.ts_ns < s.start_ns);
+    let hi = p.gpu.partition_point(|g| g.ts_ns < s.end_ns);
+    (lo, hi)
+}
+
+/// Union of activity intervals, clipped to [lo, hi). `acts` sorted by start.
+pub fn merge_busy(acts: &[GpuActivity], lo: i64, hi: i64) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for g in acts {
+        let (a, b) = (g.ts_ns.max(lo), g.end_ns().min(hi));
+        if b <= a {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Time of [lo, hi) covered by `ranges` (sorted by start, possibly overlapping).
+pub fn overlap(ranges: &[(i64, i64)], lo: i64, hi: i64) -> i64 {
+    let start = ranges.partition_point(|r| r.0 < lo);
+    // A range starting before `lo` may still cover it: step back over a few.
+    let mut total = 0;
+    let mut cursor = lo;
+    let from = start.saturating_sub(8);
+    for &(a, b) in &ranges[from..] {
+        if a >= hi {
+            break;
+        }
+        let (a, b) = (a.max(cursor), b.min(hi));
+        if b > a {
+            total += b - a;
+            cursor = b;
+        }
+    }
+    total
+}
+
+/// True when a blocking sync was in progress when the GPU went idle at `g0`: the host
+/// waited for the queue to drain, so nothing was queued behind it.
+fn sync_drained(p: &Profile, syncs: &[u32], g0: i64) -> bool {
+    const SKEW_NS: i64 = 20_000; // host and device clocks are correlated, not identical
+    let i = syncs.partition_point(|&r| p.runtime[r as usize].ts_ns <= g0);
+    syncs[..i].iter().rev().take(16).any(|&r| {
+        let r = &p.runtime[r as usize];
+        r.end_ns() >= g0 - SKEW_NS && r.dur_ns > 0
+    })
+}
+
+/// Host ranges spent fetching batches (`enumerate(DataLoader)#...__next__`).
+fn data_loader_ranges(p: &Profile) -> Vec<(i64, i64)> {
+    let mut v: Vec<(i64, i64)> = p
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("enumerate(DataLoader)#"))
+        .map(|o| (o.ts_ns, o.end_ns()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overlap_counts_each_instant_once() {
+        let r = [(0, 10), (5, 15), (20, 30)];
+        assert_eq!(overlap(&r, 0, 100), 25);
+        assert_eq!(overlap(&r, 8, 22), 9);
+        assert_eq!(overlap(&r, 30, 40), 0);
+    }
+}

@@ -1,0 +1,182 @@
+//! JSON report. This module doc is the schema; `schema_version` changes its major
+//! number when a field is removed or changes meaning, its minor number when fields
+//! are added.
+//!
+//! ```text
+//! {
+//!   "schema_version": "1.0",
+//!   "tensight_version": "0.1.0",
+//!   "input": str,                              // path as given
+//!   "trace": { "json_bytes": int, "schema_version": int|null, "trace_name": str|null,
+//!              "rocm": bool, "record_shapes": bool|null, "with_stack": bool|null,
+//!              "profile_memory": bool|null, "cuda_runtime_version": int|null },
+//!   "device": { "name": str, "num_sms": int, "memory_bytes": int,
+//!               "ceilings": {fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops,
+//!                            fp8_tflops|null, mem_bw_gbs, source}|null } | null,
+//!   "distributed": { "backend", "rank", "world_size", "nccl_version" } | null,
+//!   "summary": { "steps": int, "step_source": str,
+//!                "step_time_ms": float,        // mean step wall time
+//!                "step_time_median_ms": float, "total_time_ms": float,
+//!                "gpu_busy_pct": float,        // union of GPU activity / wall time
+//!                "gpu_busy_ms_per_step": float,
+//!                "gpu_idle_ms_per_step": { "total", "cpu", "sync", "transfer", "data_loader" },
+//!                "kernels": int,               // kernels starting inside the steps
+//!                "kernels_per_step": float,
+//!                "h2d_count": int, "h2d_bytes": int, "h2d_pageable": int,
+//!                "d2h_count": int, "d2h_bytes": int, "d2h_pageable": int,
+//!                "d2d_count": int, "d2d_bytes": int, "syncs": int },
+//!   "steps": [ { "name", "start_ms" (from the first step), "dur_ms", "gpu_busy_ms",
+//!                "gpu_busy_pct", "kernels", "kernel_ms", "h2d_count", "h2d_bytes",
+//!                "d2h_count", "d2h_bytes", "memsets",
+//!                "gpu_idle_ms": { "total", "cpu", "sync", "transfer", "data_loader" } } ],
+//!   "kernels": { "count", "total_ms", "median_us", "under_10us_pct",
+//!                "under_10us_time_pct", "distinct",
+//!                "histogram": [ { "label", "count", "total_ms" } ],
+//!                "top": [ { "name", "class", "count", "total_ms", "pct", "op" } ] },
+//!   "top_ops_gpu": [ { "name", "count", "gpu_ms", "cpu_ms" } ],
+//!   "top_ops_cpu": [ { "name", "count", "gpu_ms", "cpu_ms" } ],
+//!   "syncs": [ { "api", "op", "source", "step", "dur_ms", "gpu_idle_after_ms" } ],
+//!   "compute": { "shapes_recorded", "flops", "flop_op_bytes", "total_bytes",
+//!                "flop_kernel_ms", "low_precision_flops_pct", "dominant_dtype",
+//!                "modelled": true },
+//!   "roofline": { "peak_tflops", "bandwidth_gbs", "ceilings_source",
+//!                 "ridge_flop_per_byte", "intensity_flop_per_byte", "bound",
+//!                 "achieved_tflops", "attainable_tflops", "pct_of_attainable",
+//!                 "bandwidth_util_pct", "compute_util_pct" } | null,
+//!   "diagnosis": {
+//!     "primary_bottleneck": Finding | null,    // largest estimated saving
+//!     "bottlenecks": [ Finding ],              // largest saving first
+//!     "skipped_rules": [ { "code", "reason" } ] },
+//!   "import": { "warnings": [str],
+//!               "counters": [ { "name", "severity", "description", "count" } ] }
+//! }
+//! Finding = { "code", "rule", "category", "title", "message", "severity",
+//!             "saving_ms", "saving_pct", "estimate",
+//!             "evidence": [ { "label", "value" } ], "explanation",
+//!             "fixes": [str], "locations": [ { "op"?, "kernel"?, "tensor"?, "source"? } ] }
+//! ```
+
+use super::Report;
+use serde_json::{json, Value};
+
+/// Version of the schema above.
+pub const SCHEMA_VERSION: &str = "1.0";
+
+/// The report as a JSON value.
+pub fn to_value(r: &Report) -> Value {
+    let m = &r.metrics;
+    let s = &m.summary;
+    let ms = |ns: i64| ns as f64 / 1e6;
+    let first = m.timeline.steps.first().map_or(0, |x| x.start_ns);
+    let idle = |i: &crate::analysis::IdleBreakdown| {
+        json!({"total": ms(i.total_ns), "cpu": ms(i.cpu_ns), "sync": ms(i.sync_ns),
+               "transfer": ms(i.transfer_ns), "data_loader": ms(i.data_loader_ns)})
+    };
+    let primary = r
+        .diagnosis
+        .primary
+        .and_then(|c| r.diagnosis.findings.iter().find(|f| f.code == c));
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "tensight_version": env!("CARGO_PKG_VERSION"),
+        "input": r.input,
+        "trace": {
+            "json_bytes": r.profile.meta.json_bytes,
+            "schema_version": r.profile.meta.schema_version,
+            "trace_name": r.profile.meta.trace_name,
+            "rocm": r.profile.meta.rocm,
+            "record_shapes": r.profile.meta.record_shapes,
+            "with_stack": r.profile.meta.with_stack,
+            "profile_memory": r.profile.meta.profile_memory,
+            "cuda_runtime_version": r.profile.meta.cuda_runtime_version,
+        },
+        "device": m.device,
+        "distributed": r.profile.meta.distributed,
+        "summary": {
+            "steps": s.steps,
+            "step_source": s.step_source,
+            "step_time_ms": s.step_time_ms,
+            "step_time_median_ms": s.step_time_median_ms,
+            "total_time_ms": s.total_time_ms,
+            "gpu_busy_pct": s.gpu_busy_pct,
+            "gpu_busy_ms_per_step": s.gpu_busy_ms_per_step,
+            "gpu_idle_ms_per_step": s.idle_ms_per_step,
+            "kernels": s.kernels,
+            "kernels_per_step": s.kernels_per_step,
+            "h2d_count": s.h2d.count, "h2d_bytes": s.h2d.bytes, "h2d_pageable": s.h2d.pageable,
+            "d2h_count": s.d2h.count, "d2h_bytes": s.d2h.bytes, "d2h_pageable": s.d2h.pageable,
+            "d2d_count": s.d2d.count, "d2d_bytes": s.d2d.bytes,
+            "syncs": s.syncs,
+        },
+        "steps": m.timeline.steps.iter().map(|st| json!({
+            "name": st.name,
+            "start_ms": ms(st.start_ns - first),
+            "dur_ms": ms(st.dur_ns),
+            "gpu_busy_ms": ms(st.gpu_busy_ns),
+            "gpu_busy_pct": if st.dur_ns > 0 { 100.0 * st.gpu_busy_ns as f64 / st.dur_ns as f64 } else { 0.0 },
+            "kernels": st.kernels,
+            "kernel_ms": ms(st.kernel_ns),
+            "h2d_count": st.h2d.count, "h2d_bytes": st.h2d.bytes,
+            "d2h_count": st.d2h.count, "d2h_bytes": st.d2h.bytes,
+            "memsets": st.memsets,
+            "gpu_idle_ms": idle(&st.idle),
+        })).collect::<Vec<_>>(),
+        "kernels": {
+            "count": m.kernels.count,
+            "total_ms": ms(m.kernels.total_ns),
+            "median_us": m.kernels.median_ns as f64 / 1e3,
+            "under_10us_pct": m.kernels.under_10us_pct,
+            "under_10us_time_pct": m.kernels.under_10us_time_pct,
+            "distinct": m.kernels.distinct,
+            "histogram": m.kernels.histogram.iter().map(|b| json!({
+                "label": b.label, "count": b.count, "total_ms": ms(b.total_ns)})).collect::<Vec<_>>(),
+            "top": m.kernels.top.iter().map(|k| json!({
+                "name": k.name, "class": k.class, "count": k.count,
+                "total_ms": ms(k.total_ns), "pct": k.pct, "op": k.op})).collect::<Vec<_>>(),
+        },
+        "top_ops_gpu": op_rows(&m.top_ops_gpu),
+        "top_ops_cpu": op_rows(&m.top_ops_cpu),
+        "syncs": m.timeline.syncs.iter().map(|sp| json!({
+            "api": sp.api,
+            "op": sp.op.map(|o| r.op_name(o)),
+            "source": sp.op.and_then(|o| r.op_source(o)),
+            "step": sp.step,
+            "dur_ms": ms(sp.dur_ns),
+            "gpu_idle_after_ms": ms(sp.gpu_idle_after_ns),
+        })).collect::<Vec<_>>(),
+        "compute": {
+            "shapes_recorded": m.compute.shapes_recorded,
+            "flops": m.compute.flops,
+            "flop_op_bytes": m.compute.flop_op_bytes,
+            "total_bytes": m.compute.total_bytes,
+            "flop_kernel_ms": ms(m.compute.flop_kernel_ns),
+            "low_precision_flops_pct": m.compute.low_precision_flops_pct,
+            "dominant_dtype": m.compute.dominant_dtype,
+            "modelled": true,
+        },
+        "roofline": m.roofline,
+        "diagnosis": {
+            "primary_bottleneck": primary,
+            "bottlenecks": r.diagnosis.findings,
+            "skipped_rules": r.diagnosis.skipped,
+        },
+        "import": {
+            "warnings": r.warnings,
+            "counters": r.profile.counters.counters,
+        },
+    })
+}
+
+fn op_rows(v: &[crate::analysis::OpTime]) -> Vec<Value> {
+    v.iter()
+        .map(|o| json!({"name": o.name, "count": o.count, "gpu_ms": o.gpu_ns as f64 / 1e6, "cpu_ms": o.cpu_ns as f64 / 1e6}))
+        .collect()
+}
+
+/// The report as pretty-printed JSON text (with a final newline).
+pub fn render(r: &Report) -> String {
+    let mut s = serde_json::to_string_pretty(&to_value(r))
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}

@@ -1,0 +1,52 @@
+//! Reports: the diagnosis of one run, rendered for a person or a program.
+//!
+//! Input: a [`Report`] (the profile's facts, the metrics, the diagnosis, the import
+//! warnings and counters). Output: text. One file per format: [`terminal`] (colour
+//! only when asked; readable at 80 columns) and [`json`] (documented, versioned
+//! schema). Rendering never computes metrics; it only formats them. Output is
+//! deterministic: no wall-clock time, sorted collections.
+
+pub mod json;
+pub mod terminal;
+
+use crate::analysis::RunMetrics;
+use crate::model::Profile;
+use crate::rules::Diagnosis;
+
+/// Everything a renderer needs.
+pub struct Report {
+    /// The model of the run.
+    pub profile: Profile,
+    /// Measurements.
+    pub metrics: RunMetrics,
+    /// Findings.
+    pub diagnosis: Diagnosis,
+    /// Reader warnings (truncation and the like).
+    pub warnings: Vec<String>,
+    /// Display name of the input (the path as given, or `demo: ...`).
+    pub input: String,
+}
+
+/// Options for rendering.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenderOptions {
+    /// Use ANSI colours.
+    pub color: bool,
+    /// Terminal width to wrap at (min 60).
+    pub width: usize,
+}
+
+impl Report {
+    /// Name of op `idx`.
+    pub fn op_name(&self, idx: u32) -> String {
+        self.profile
+            .ops
+            .get(idx as usize)
+            .map(|o| o.name.to_string())
+            .unwrap_or_default()
+    }
+    /// User source line of op `idx`, when stacks were recorded.
+    pub fn op_source(&self, idx: u32) -> Option<String> {
+        self.profile.user_frame(idx).map(|f| f.name.to_string())
+    }
+}

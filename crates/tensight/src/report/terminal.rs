@@ -1,0 +1,524 @@
+//! Terminal report, in the seed's spirit: executive summary, roofline, ranked
+//! bottlenecks with evidence, explanation and fixes, the timeline, top kernels and ops,
+//! then the top recommendations. Readable at 80 columns; ANSI colour only when
+//! [`RenderOptions::color`] is set (the CLI decides: a TTY, `NO_COLOR` unset).
+
+use super::{RenderOptions, Report};
+use crate::rules::{fmt_bytes, fmt_ms, Category, Finding, Severity};
+use owo_colors::OwoColorize;
+use std::fmt::Write;
+
+/// Render the report as text.
+pub fn render(r: &Report, o: RenderOptions) -> String {
+    let w = o.width.clamp(60, 120);
+    let mut out = String::new();
+    let t = Term { color: o.color, w };
+    header(&mut out, r, &t);
+    summary(&mut out, r, &t);
+    roofline(&mut out, r, &t);
+    bottlenecks(&mut out, r, &t);
+    timeline(&mut out, r, &t);
+    kernels(&mut out, r, &t);
+    recommendations(&mut out, r, &t);
+    import(&mut out, r, &t);
+    out
+}
+
+struct Term {
+    color: bool,
+    w: usize,
+}
+
+impl Term {
+    fn bold(&self, s: &str) -> String {
+        if self.color {
+            s.bold().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+    fn dim(&self, s: &str) -> String {
+        if self.color {
+            s.dimmed().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+    fn sev(&self, sev: Severity, s: &str) -> String {
+        if !self.color {
+            return s.to_string();
+        }
+        match sev {
+            Severity::Critical => s.red().bold().to_string(),
+            Severity::Severe => s.bright_red().to_string(),
+            Severity::Moderate => s.yellow().to_string(),
+            Severity::Low => s.cyan().to_string(),
+            Severity::Info => s.dimmed().to_string(),
+        }
+    }
+    fn section(&self, out: &mut String, title: &str) {
+        let _ = writeln!(out, "\n{}", self.bold(title));
+        let _ = writeln!(out, "{}", "─".repeat(self.w));
+    }
+}
+
+fn marker(s: Severity) -> &'static str {
+    match s {
+        Severity::Critical => "●●●",
+        Severity::Severe => "●● ",
+        Severity::Moderate => "●  ",
+        Severity::Low => "○  ",
+        Severity::Info => "·  ",
+    }
+}
+
+/// Word-wrap `text` to `width` columns, each line prefixed by `indent`; a line that
+/// starts with a bullet (`• `) continues under the bullet's text.
+fn wrap(text: &str, width: usize, indent: &str) -> String {
+    let mut out = String::new();
+    for para in text.split('\n') {
+        let hang = if para.starts_with("• ") { "  " } else { "" };
+        let mut line = String::new();
+        let mut first = true;
+        for word in para.split_whitespace() {
+            let lead = if first { 0 } else { hang.len() };
+            let avail = width.saturating_sub(indent.chars().count() + lead).max(20);
+            if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > avail {
+                let pre = if first { "" } else { hang };
+                let _ = writeln!(out, "{indent}{pre}{line}");
+                line.clear();
+                first = false;
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+        let pre = if first { "" } else { hang };
+        let _ = writeln!(out, "{indent}{pre}{line}");
+    }
+    out
+}
+
+/// Shorten long names (C++ kernel signatures) to `max` characters.
+fn short(name: &str, max: usize) -> String {
+    // Drop the argument list of a C++ signature first.
+    let cleaned = name.replace("(anonymous namespace)::", "");
+    let mut s = cleaned.as_str();
+    if let Some(i) = s.find('(') {
+        if i > 10 {
+            s = &s[..i];
+        }
+    }
+    let s = s.strip_prefix("void ").unwrap_or(s);
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let cut: String = s.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+fn header(out: &mut String, r: &Report, t: &Term) {
+    let inner = t.w - 2;
+    let title = "GPU PERFORMANCE DIAGNOSIS REPORT";
+    let pad = inner.saturating_sub(title.len());
+    let _ = writeln!(out, "╔{}╗", "═".repeat(inner));
+    let _ = writeln!(
+        out,
+        "║{}{}{}║",
+        " ".repeat(pad / 2),
+        t.bold(title),
+        " ".repeat(pad - pad / 2)
+    );
+    let _ = writeln!(out, "╚{}╝", "═".repeat(inner));
+    let m = &r.profile.meta;
+    let _ = writeln!(
+        out,
+        "{} {} ({} of JSON)",
+        t.dim("trace "),
+        r.input,
+        fmt_bytes(m.json_bytes as f64)
+    );
+    let dev = match &r.metrics.device {
+        Some(d) if !d.name.is_empty() => format!(
+            "{} · {} SMs · {}",
+            d.name,
+            d.num_sms,
+            fmt_bytes(d.memory_bytes as f64)
+        ),
+        Some(_) => "unnamed GPU".into(),
+        None if r.profile.has_gpu() => "GPU not described in the trace".into(),
+        None => "none (CPU-only trace)".into(),
+    };
+    let _ = writeln!(out, "{} {}", t.dim("device"), dev);
+    if let Some(d) = &m.distributed {
+        if let (Some(rank), Some(ws)) = (d.rank, d.world_size) {
+            let _ = writeln!(
+                out,
+                "{} rank {rank} of {ws} ({})",
+                t.dim("dist  "),
+                d.backend.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    let s = &r.metrics.summary;
+    let _ = writeln!(
+        out,
+        "{} {} analysed, found by {}",
+        t.dim("steps "),
+        s.steps,
+        s.step_source
+    );
+}
+
+fn summary(out: &mut String, r: &Report, t: &Term) {
+    t.section(out, "EXECUTIVE SUMMARY");
+    let s = &r.metrics.summary;
+    let primary = r
+        .diagnosis
+        .primary
+        .and_then(|c| r.diagnosis.findings.iter().find(|f| f.code == c));
+    match primary {
+        Some(f) => {
+            let _ = writeln!(out, "Primary bottleneck: {}", t.bold(&f.title));
+            let _ = writeln!(
+                out,
+                "Severity: {}   Category: {}   Code: {}",
+                t.sev(f.severity, f.severity.label()),
+                f.category.label(),
+                f.code
+            );
+            let _ = writeln!(
+                out,
+                "Estimated saving: {} per step ({:.1}% of the step)",
+                fmt_ms(f.saving_ms),
+                f.saving_pct
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "Primary bottleneck: none found by the rules that could run"
+            );
+        }
+    }
+    let _ = writeln!(out);
+    let n_note = if s.steps > 1 {
+        format!(
+            " (mean of {}; median {})",
+            s.steps,
+            fmt_ms(s.step_time_median_ms)
+        )
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "Step time:        {}{}",
+        fmt_ms(s.step_time_ms),
+        n_note
+    );
+    if r.profile.has_gpu() {
+        let _ = writeln!(out, "GPU utilization:  {:.1}% busy", s.gpu_busy_pct);
+        let _ = writeln!(
+            out,
+            "GPU busy:         {} per step",
+            fmt_ms(s.gpu_busy_ms_per_step)
+        );
+        let i = &s.idle_ms_per_step;
+        let _ = writeln!(out, "GPU idle:         {} per step", fmt_ms(i.total));
+        let parts = [
+            ("host not launching", i.cpu),
+            ("after syncs", i.sync),
+            ("in transfers", i.transfer),
+            ("loading data", i.data_loader),
+        ];
+        for (label, v) in parts {
+            if v > 0.0 {
+                let _ = writeln!(out, "  └─ {label:<19} {}", fmt_ms(v));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "Kernels:          {:.0} per step, median {:.1} µs, {:.0}% under 10 µs",
+            s.kernels_per_step,
+            r.metrics.kernels.median_ns as f64 / 1e3,
+            r.metrics.kernels.under_10us_pct
+        );
+        let n = s.steps.max(1) as f64;
+        if s.h2d.count + s.d2h.count > 0 {
+            let _ = writeln!(
+                out,
+                "Transfers:        H2D {:.1}/step ({}/step, {} pageable) · D2H {:.1}/step ({}/step)",
+                s.h2d.count as f64 / n,
+                fmt_bytes(s.h2d.bytes as f64 / n),
+                s.h2d.pageable,
+                s.d2h.count as f64 / n,
+                fmt_bytes(s.d2h.bytes as f64 / n)
+            );
+        }
+        let _ = writeln!(out, "Host syncs:       {:.1} per step", s.syncs as f64 / n);
+    } else {
+        let _ = writeln!(
+            out,
+            "GPU:              no GPU activity in this trace; GPU rules skipped"
+        );
+    }
+}
+
+fn roofline(out: &mut String, r: &Report, t: &Term) {
+    let Some(rf) = &r.metrics.roofline else {
+        if r.profile.has_gpu() {
+            t.section(out, "ROOFLINE ANALYSIS");
+            let why = if !r.metrics.compute.shapes_recorded {
+                "no shapes recorded (profile with record_shapes=True)"
+            } else if r
+                .metrics
+                .device
+                .as_ref()
+                .and_then(|d| d.ceilings.as_ref())
+                .is_none()
+            {
+                "device ceilings unknown for this GPU"
+            } else {
+                "no GEMM, convolution or attention ops with shapes in the steps"
+            };
+            let _ = writeln!(out, "Not available: {why}.");
+        }
+        return;
+    };
+    t.section(out, "ROOFLINE ANALYSIS");
+    let _ = writeln!(out, "Bottleneck type: {}-BOUND", rf.bound.to_uppercase());
+    let _ = writeln!(
+        out,
+        "  └─ Arithmetic intensity: {:.3} FLOP/byte (modelled)",
+        rf.intensity_flop_per_byte
+    );
+    let _ = writeln!(
+        out,
+        "  └─ Ridge point:          {:.3} FLOP/byte",
+        rf.ridge_flop_per_byte
+    );
+    let _ = writeln!(
+        out,
+        "  └─ Achieved:             {:.2} TFLOP/s = {:.1}% of attainable ({:.2})",
+        rf.achieved_tflops, rf.pct_of_attainable, rf.attainable_tflops
+    );
+    let _ = writeln!(
+        out,
+        "  └─ Ceilings:             {:.0} TFLOP/s {}, {:.0} GB/s ({})",
+        rf.peak_tflops, r.metrics.compute.dominant_dtype, rf.bandwidth_gbs, rf.ceilings_source
+    );
+}
+
+fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
+    t.section(out, "DETECTED BOTTLENECKS");
+    let list: Vec<&Finding> = r
+        .diagnosis
+        .findings
+        .iter()
+        .filter(|f| f.category != Category::Roofline)
+        .collect();
+    if list.is_empty() {
+        let _ = writeln!(out, "No bottleneck found by the rules that could run.");
+    }
+    for (i, f) in list.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "\n{}. {} {} [{}]",
+            i + 1,
+            t.sev(f.severity, marker(f.severity)),
+            t.bold(&f.title),
+            t.sev(f.severity, f.severity.label())
+        );
+        let _ = writeln!(
+            out,
+            "   {} {} · {} · saves ~{} per step ({:.1}%)",
+            f.code,
+            f.rule,
+            f.category.label(),
+            fmt_ms(f.saving_ms),
+            f.saving_pct
+        );
+        out.push_str(&wrap(&f.message, t.w, "   "));
+        let _ = writeln!(out, "   Evidence:");
+        for e in &f.evidence {
+            out.push_str(&wrap(&format!("• {}: {}", e.label, e.value), t.w, "     "));
+        }
+        let _ = writeln!(out, "   Explanation:");
+        out.push_str(&wrap(&f.explanation, t.w, "     "));
+        if !f.locations.is_empty() {
+            let _ = writeln!(out, "   Where:");
+            for l in f.locations.iter().take(5) {
+                let mut parts = Vec::new();
+                if let Some(s) = &l.source {
+                    parts.push(s.clone());
+                }
+                if let Some(op) = &l.op {
+                    parts.push(format!("op {op}"));
+                }
+                if let Some(k) = &l.kernel {
+                    parts.push(format!("kernel {}", short(k, 60)));
+                }
+                if let Some(x) = &l.tensor {
+                    parts.push(format!("tensor {x}"));
+                }
+                out.push_str(&wrap(&format!("• {}", parts.join(" · ")), t.w, "     "));
+            }
+        }
+        let _ = writeln!(out, "   {}", t.dim(&format!("Estimate: {}", f.estimate)));
+    }
+}
+
+fn timeline(out: &mut String, r: &Report, t: &Term) {
+    let steps = &r.metrics.timeline.steps;
+    if steps.is_empty() || !r.profile.has_gpu() {
+        return;
+    }
+    t.section(out, "STEPS");
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>7} {:>8} {:>10} {:>10} {:>10}",
+        "step", "wall", "busy", "kernels", "idle cpu", "idle sync", "H2D"
+    );
+    let ms = |ns: i64| fmt_ms(ns as f64 / 1e6);
+    for s in steps.iter().take(12) {
+        let busy = if s.dur_ns > 0 {
+            100.0 * s.gpu_busy_ns as f64 / s.dur_ns as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:>10} {:>6.1}% {:>8} {:>10} {:>10} {:>10}",
+            short(&s.name, 16),
+            ms(s.dur_ns),
+            busy,
+            s.kernels,
+            ms(s.idle.cpu_ns),
+            ms(s.idle.sync_ns),
+            fmt_bytes(s.h2d.bytes as f64)
+        );
+    }
+    if steps.len() > 12 {
+        let _ = writeln!(out, "… {} more steps (see --format json)", steps.len() - 12);
+    }
+}
+
+fn kernels(out: &mut String, r: &Report, t: &Term) {
+    let k = &r.metrics.kernels;
+    if k.count == 0 {
+        return;
+    }
+    t.section(out, "TOP KERNELS");
+    let name_w = t.w.saturating_sub(28);
+    for kt in k.top.iter().take(8) {
+        let _ = writeln!(
+            out,
+            "{:>5.1}% {:>10} {:>6}× {}",
+            kt.pct,
+            fmt_ms(kt.total_ns as f64 / 1e6),
+            kt.count,
+            short(&kt.name, name_w)
+        );
+    }
+    let ops = &r.metrics.top_ops_gpu;
+    if !ops.is_empty() {
+        t.section(out, "TOP OPS BY GPU TIME");
+        for o in ops.iter().take(8) {
+            let _ = writeln!(
+                out,
+                "{:>10} gpu {:>10} cpu {:>6}× {}",
+                fmt_ms(o.gpu_ns as f64 / 1e6),
+                fmt_ms(o.cpu_ns as f64 / 1e6),
+                o.count,
+                short(&o.name, t.w.saturating_sub(40))
+            );
+        }
+    }
+    let hist: Vec<String> = k
+        .histogram
+        .iter()
+        .filter(|b| b.count > 0)
+        .map(|b| format!("{} {}", b.label, b.count))
+        .collect();
+    let _ = writeln!(out, "\nKernel durations: {}", hist.join(" · "));
+}
+
+fn recommendations(out: &mut String, r: &Report, t: &Term) {
+    let urgent: Vec<&Finding> = r
+        .diagnosis
+        .findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Moderate && !f.fixes.is_empty())
+        .take(5)
+        .collect();
+    let rest: Vec<&Finding> = r
+        .diagnosis
+        .findings
+        .iter()
+        .filter(|f| f.severity < Severity::Moderate && !f.fixes.is_empty())
+        .take(3)
+        .collect();
+    if urgent.is_empty() && rest.is_empty() {
+        return;
+    }
+    t.section(out, "TOP RECOMMENDATIONS");
+    for (label, list) in [("Immediate actions", &urgent), ("Also worth doing", &rest)] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "{label}:");
+        for f in list.iter() {
+            let _ = writeln!(
+                out,
+                "\n  For {} ({}, ~{}/step):",
+                f.title,
+                f.code,
+                fmt_ms(f.saving_ms)
+            );
+            for fix in &f.fixes {
+                out.push_str(&wrap(&format!("• {fix}"), t.w, "    "));
+            }
+        }
+        let _ = writeln!(out);
+    }
+}
+
+fn import(out: &mut String, r: &Report, t: &Term) {
+    let loss: Vec<_> = r
+        .profile
+        .counters
+        .counters
+        .iter()
+        .filter(|c| c.severity == crate::model::CounterSeverity::DataLoss)
+        .collect();
+    let skipped = &r.diagnosis.skipped;
+    if r.warnings.is_empty() && loss.is_empty() && skipped.is_empty() {
+        return;
+    }
+    t.section(out, "NOTES");
+    for w in &r.warnings {
+        out.push_str(&wrap(&format!("warning: {w}"), t.w, ""));
+    }
+    for c in loss {
+        out.push_str(&wrap(
+            &format!("import: {} {} ({})", c.count, c.name, c.description),
+            t.w,
+            "",
+        ));
+    }
+    if !skipped.is_empty() {
+        let codes: Vec<&str> = skipped.iter().map(|s| s.code).collect();
+        out.push_str(&wrap(
+            &format!(
+                "skipped rules ({}): {}",
+                skipped[0].reason,
+                codes.join(", ")
+            ),
+            t.w,
+            "",
+        ));
+    }
+}

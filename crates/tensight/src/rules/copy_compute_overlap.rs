@@ -1,0 +1,20 @@
+//! D002 copy-compute-overlap: (not written yet).
+
+use super::{Category, Context, Finding, Rule, RuleMeta, Status};
+
+/// Registration.
+pub const RULE: Rule = Rule { meta: &META, check };
+
+static META: RuleMeta = RuleMeta {
+    code: "D002",
+    name: "copy-compute-overlap",
+    category: Category::DataPipeline,
+    status: Status::Preview,
+    since: "0.1.0",
+    needs_gpu: true,
+    doc: "TODO",
+};
+
+fn check(_ctx: &Context) -> Vec<Finding> {
+    Vec::new()
+}

@@ -1,0 +1,20 @@
+//! C002 device-ping-pong: (not written yet).
+
+use super::{Category, Context, Finding, Rule, RuleMeta, Status};
+
+/// Registration.
+pub const RULE: Rule = Rule { meta: &META, check };
+
+static META: RuleMeta = RuleMeta {
+    code: "C002",
+    name: "device-ping-pong",
+    category: Category::CpuResidency,
+    status: Status::Preview,
+    since: "0.1.0",
+    needs_gpu: true,
+    doc: "TODO",
+};
+
+fn check(_ctx: &Context) -> Vec<Finding> {
+    Vec::new()
+}

@@ -1,0 +1,224 @@
+//! S001 host-sync-in-step: the host blocks on the GPU inside the step (`.item()`,
+//! `.cpu()`, `torch.cuda.synchronize()`, a blocking copy), then the GPU idles while
+//! the host catches up.
+
+use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
+use crate::analysis::SyncPoint;
+use crate::model::{CopyDir, Profile, RuntimeKind};
+use std::collections::BTreeMap;
+
+/// Registration.
+pub const RULE: Rule = Rule { meta: &META, check };
+
+static META: RuleMeta = RuleMeta {
+    code: "S001",
+    name: "host-sync-in-step",
+    category: Category::Sync,
+    status: Status::Preview,
+    since: "0.1.0",
+    needs_gpu: true,
+    doc: r#"## What it detects
+Points inside a step where the host blocks until the GPU has finished its queue:
+`tensor.item()`, `.cpu()`, `.tolist()`, `.numpy()`, `torch.cuda.synchronize()`,
+`event.synchronize()`, data-dependent shapes (`nonzero`, boolean masks) and blocking
+copies. Each is found as a `cuda*Synchronize` call in the trace, attributed to the op
+(and, with `with_stack=True`, the source line) that made it.
+
+## Why it costs time
+While the host waits, nothing new is queued. When the sync returns, the GPU is idle
+until the host has launched the next kernel, and every op between the sync and that
+launch runs on the critical path. A sync per step turns an asynchronous pipeline into
+lock-step execution: the GPU idles for the host's launch latency every time.
+
+## Example
+The trace shows `aten::item` → `aten::_local_scalar_dense` → `cudaMemcpyAsync` (DtoH,
+4 bytes) → `cudaStreamSynchronize`, followed by a GPU gap of a few hundred µs to
+milliseconds before the next kernel.
+
+## Fix
+```python
+# before: a sync every step
+for x, y in loader:
+    loss = step(x, y)
+    if loss.item() > 100: ...
+# after: keep values on the GPU; read them rarely, or asynchronously
+for i, (x, y) in enumerate(loader):
+    loss = step(x, y)
+    if i % 100 == 0:
+        print(loss.item())
+# or: losses.append(loss.detach()); torch.stack(losses).cpu() after the loop
+```
+For blocking H2D copies: `pin_memory=True` in the DataLoader and
+`x.cuda(non_blocking=True)`.
+
+## Thresholds
+Every host-blocking sync inside a step is reported, grouped by what made it. The
+estimated saving is the GPU idle time that follows these syncs, per step (the queue
+was empty because of them).
+
+## References
+- PyTorch performance tuning guide: "Avoid unnecessary CPU-GPU synchronization".
+- CUDA C++ Best Practices Guide, "Asynchronous and overlapping transfers with computation".
+"#,
+};
+
+fn check(ctx: &Context) -> Vec<Finding> {
+    let p = ctx.profile;
+    let syncs = &ctx.metrics.timeline.syncs;
+    // Group by (what made it, where).
+    let mut groups: BTreeMap<(String, String), Vec<&SyncPoint>> = BTreeMap::new();
+    for s in syncs {
+        let what = describe(p, s);
+        let source =
+            s.op.and_then(|o| p.user_frame(o))
+                .map(|f| f.name.to_string())
+                .unwrap_or_default();
+        groups.entry((what, source)).or_default().push(s);
+    }
+    let n = ctx.steps();
+    let mut out = Vec::new();
+    for ((what, source), list) in groups {
+        let idle_ms: f64 = list
+            .iter()
+            .map(|s| s.gpu_idle_after_ns as f64 / 1e6)
+            .sum::<f64>()
+            / n;
+        let blocked_ms: f64 = list.iter().map(|s| s.dur_ns as f64 / 1e6).sum::<f64>() / n;
+        let per_step = list.len() as f64 / n;
+        let op = list.iter().find_map(|s| s.op);
+        let mut loc = op.map(|o| op_location(p, o)).unwrap_or_default();
+        if loc.source.is_none() && !source.is_empty() {
+            loc.source = Some(source.clone());
+        }
+        let api = &list[0].api;
+        let at = if source.is_empty() {
+            String::new()
+        } else {
+            format!(" at {source}")
+        };
+        let d = Draft {
+            title: format!("{what} syncs the host with the GPU"),
+            message: format!(
+                "{what}{at} blocks the host {:.1}× per step ({} in all); the GPU then idles {} per step before new work arrives",
+                per_step,
+                list.len(),
+                fmt_ms(idle_ms)
+            ),
+            saving_ms: idle_ms,
+            estimate: "GPU idle time measured from the end of each sync to the next GPU activity, averaged over steps".into(),
+            evidence: vec![
+                ev("syncs per step", format!("{per_step:.1}")),
+                ev("runtime call", api.clone()),
+                ev("host blocked per step", fmt_ms(blocked_ms)),
+                ev("GPU idle after the syncs per step", fmt_ms(idle_ms)),
+                ev(
+                    "issuing op",
+                    op.map(|o| chain(p, o)).unwrap_or_else(|| "none recorded".into()),
+                ),
+            ],
+            explanation: format!(
+                "This sync waits for every queued kernel to finish. Until the host has launched the next kernel, the GPU has nothing to do, so the {} of idle after it is on the critical path of every step.",
+                fmt_ms(idle_ms)
+            ),
+            fixes: fixes(&what),
+            locations: vec![loc],
+        };
+        out.push(d.finish(&META, ctx));
+    }
+    out
+}
+
+/// Name what made the sync, in the user's terms.
+fn describe(p: &Profile, s: &SyncPoint) -> String {
+    let r = &p.runtime[s.runtime as usize];
+    let names: Vec<&str> =
+        s.op.map(|o| {
+            p.op_ancestors(o)
+                .map(|a| &*p.ops[a as usize].name)
+                .collect()
+        })
+        .unwrap_or_default();
+    let has = |n: &str| names.iter().any(|x| *x == n);
+    if has("aten::item") || has("aten::_local_scalar_dense") {
+        return "`.item()`".into();
+    }
+    if has("aten::nonzero")
+        || has("aten::masked_select")
+        || has("aten::unique")
+        || has("aten::_unique2")
+    {
+        return "a data-dependent shape (`nonzero`/boolean mask)".into();
+    }
+    // A copy right before the sync on the same thread tells the direction.
+    let dir = preceding_copy_dir(p, s.runtime);
+    if has("aten::copy_") || has("aten::to") || has("aten::_to_copy") {
+        return match dir {
+            Some(CopyDir::HtoD) => {
+                "a blocking host-to-device copy (`.cuda()`/`.to(device)`)".into()
+            }
+            Some(CopyDir::DtoH) => "a device-to-host copy (`.cpu()`/`.tolist()`/`.numpy()`)".into(),
+            _ => "a blocking copy".into(),
+        };
+    }
+    if r.name.contains("DeviceSynchronize") {
+        return "`torch.cuda.synchronize()`".into();
+    }
+    if r.name.contains("EventSynchronize") {
+        return "an event `.synchronize()`".into();
+    }
+    match names.last() {
+        Some(top) => format!("`{top}`"),
+        None => format!("`{}`", r.name),
+    }
+}
+
+fn preceding_copy_dir(p: &Profile, runtime: u32) -> Option<CopyDir> {
+    let r = &p.runtime[runtime as usize];
+    p.runtime[..runtime as usize]
+        .iter()
+        .rev()
+        .take(8)
+        .find(|c| c.tid == r.tid && c.kind == RuntimeKind::Memcpy)
+        .and_then(|c| c.gpu)
+        .and_then(|g| p.gpu[g as usize].copy_dir())
+}
+
+fn chain(p: &Profile, op: u32) -> String {
+    let mut v: Vec<&str> = p
+        .op_ancestors(op)
+        .map(|a| &*p.ops[a as usize].name)
+        .collect();
+    v.reverse();
+    v.join(" → ")
+}
+
+fn fixes(what: &str) -> Vec<String> {
+    if what.contains("item") {
+        vec![
+            "Keep the value on the GPU: compare or accumulate with tensor ops instead of `.item()`".into(),
+            "Read it every N steps (logging), or accumulate `loss.detach()` and read once after the loop".into(),
+        ]
+    } else if what.contains("host-to-device") {
+        vec![
+            "Pin the source: `DataLoader(..., pin_memory=True)` or `x.pin_memory()`".into(),
+            "Copy asynchronously: `x.cuda(non_blocking=True)` / `x.to(device, non_blocking=True)`"
+                .into(),
+            "Create tensors on the GPU directly (`torch.randn(..., device='cuda')`)".into(),
+        ]
+    } else if what.contains("device-to-host") {
+        vec![
+            "Keep results on the GPU until the end of the step or loop; copy once".into(),
+            "Copy into pinned memory with `non_blocking=True` and read it a step later".into(),
+        ]
+    } else if what.contains("synchronize") {
+        vec![
+            "Remove `torch.cuda.synchronize()` from the training loop; time with `torch.cuda.Event(enable_timing=True)` instead".into(),
+        ]
+    } else if what.contains("data-dependent") {
+        vec![
+            "Avoid data-dependent shapes in the step: use `torch.where` with a fixed shape, or masks multiplied in".into(),
+        ]
+    } else {
+        vec!["Move the host read of GPU values out of the step, or make it asynchronous".into()]
+    }
+}

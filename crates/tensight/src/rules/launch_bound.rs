@@ -1,0 +1,20 @@
+//! L001 launch-bound: (not written yet).
+
+use super::{Category, Context, Finding, Rule, RuleMeta, Status};
+
+/// Registration.
+pub const RULE: Rule = Rule { meta: &META, check };
+
+static META: RuleMeta = RuleMeta {
+    code: "L001",
+    name: "launch-bound",
+    category: Category::Launch,
+    status: Status::Preview,
+    since: "0.1.0",
+    needs_gpu: true,
+    doc: "TODO",
+};
+
+fn check(_ctx: &Context) -> Vec<Finding> {
+    Vec::new()
+}

@@ -1,0 +1,20 @@
+//! A001 memory-near-capacity: (not written yet).
+
+use super::{Category, Context, Finding, Rule, RuleMeta, Status};
+
+/// Registration.
+pub const RULE: Rule = Rule { meta: &META, check };
+
+static META: RuleMeta = RuleMeta {
+    code: "A001",
+    name: "memory-near-capacity",
+    category: Category::Allocator,
+    status: Status::Preview,
+    since: "0.1.0",
+    needs_gpu: true,
+    doc: "TODO",
+};
+
+fn check(_ctx: &Context) -> Vec<Finding> {
+    Vec::new()
+}

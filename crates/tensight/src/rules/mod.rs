@@ -1,0 +1,492 @@
+//! Rules: from measured metrics to findings ranked by estimated saving.
+//!
+//! One rule = one file named after what it observes, top to bottom: its [`RuleMeta`]
+//! (code, name, category, status, since, documentation with fixed sections), then the
+//! check, then private helpers. [`REGISTRY`] is the one registration table; codes are
+//! never reused. A [`Finding`] states a measured fact with numbers, an estimated
+//! saving in ms per step (and how it was estimated), a severity derived from that
+//! saving's share of the step (never set by hand), evidence, an explanation, fixes and
+//! locations. The primary bottleneck is the finding with the largest saving.
+
+mod allocator_churn;
+mod copy_compute_overlap;
+mod cpu_heavy_ops;
+mod cpu_preprocessing;
+mod data_loader_wait;
+mod device_ping_pong;
+mod elementwise_chains;
+mod fp32_gemm_without_tensor_cores;
+mod host_sync_in_step;
+mod kernel_diversity;
+mod late_gpu_migration;
+mod launch_bound;
+mod memory_near_capacity;
+mod misaligned_gemm_shapes;
+mod no_autocast;
+mod pageable_memcpy;
+mod roofline_position;
+mod small_grids;
+
+use crate::analysis::RunMetrics;
+use crate::model::Profile;
+use serde::Serialize;
+
+/// Rule category (the letter of its code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// R: roofline (informational).
+    Roofline,
+    /// L: kernel launch.
+    Launch,
+    /// S: synchronization.
+    Sync,
+    /// C: CPU residency.
+    CpuResidency,
+    /// D: data pipeline.
+    DataPipeline,
+    /// O: occupancy.
+    Occupancy,
+    /// M: memory hierarchy.
+    MemoryHierarchy,
+    /// T: tensor cores.
+    TensorCores,
+    /// G: graph / fusion.
+    Fusion,
+    /// V: tensor views and layout.
+    Views,
+    /// A: memory capacity and allocator.
+    Allocator,
+}
+
+impl Category {
+    /// Upper-case label for reports (`CPU_RESIDENCY`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Roofline => "ROOFLINE",
+            Category::Launch => "KERNEL_LAUNCH",
+            Category::Sync => "SYNCHRONIZATION",
+            Category::CpuResidency => "CPU_RESIDENCY",
+            Category::DataPipeline => "DATA_PIPELINE",
+            Category::Occupancy => "OCCUPANCY",
+            Category::MemoryHierarchy => "MEMORY_HIERARCHY",
+            Category::TensorCores => "TENSOR_CORES",
+            Category::Fusion => "FUSION",
+            Category::Views => "TENSOR_VIEWS",
+            Category::Allocator => "MEMORY_CAPACITY",
+        }
+    }
+}
+
+/// Lifecycle of a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// New; may change.
+    Preview,
+    /// Settled.
+    Stable,
+    /// Kept for compatibility; will go.
+    Deprecated,
+}
+
+/// A rule's identity and documentation.
+#[derive(Debug, Serialize)]
+pub struct RuleMeta {
+    /// Code: category letter + number (`S001`). Never reused.
+    pub code: &'static str,
+    /// kebab-case name saying what it observes (`host-sync-in-step`).
+    pub name: &'static str,
+    /// Category.
+    pub category: Category,
+    /// Lifecycle.
+    pub status: Status,
+    /// Version that introduced it.
+    pub since: &'static str,
+    /// Needs GPU activity in the trace (skipped, and said so, on CPU-only traces).
+    pub needs_gpu: bool,
+    /// Markdown with the sections, in order: What it detects, Why it costs time,
+    /// Example, Fix, Thresholds, References.
+    pub doc: &'static str,
+}
+
+/// The sections every rule's documentation has, in order.
+pub const DOC_SECTIONS: [&str; 6] = [
+    "## What it detects",
+    "## Why it costs time",
+    "## Example",
+    "## Fix",
+    "## Thresholds",
+    "## References",
+];
+
+/// How much a finding costs, from its saving's share of the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// Under 1% of the step, or informational.
+    Info,
+    /// 1–5%.
+    Low,
+    /// 5–15%.
+    Moderate,
+    /// 15–30%.
+    Severe,
+    /// 30% or more.
+    Critical,
+}
+
+impl Severity {
+    /// From a saving as % of step time.
+    pub fn from_pct(pct: f64) -> Severity {
+        if pct >= 30.0 {
+            Severity::Critical
+        } else if pct >= 15.0 {
+            Severity::Severe
+        } else if pct >= 5.0 {
+            Severity::Moderate
+        } else if pct >= 1.0 {
+            Severity::Low
+        } else {
+            Severity::Info
+        }
+    }
+    /// Upper-case label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Severity::Info => "INFO",
+            Severity::Low => "LOW",
+            Severity::Moderate => "MODERATE",
+            Severity::Severe => "SEVERE",
+            Severity::Critical => "CRITICAL",
+        }
+    }
+    /// Parse a `--fail-on` value.
+    pub fn parse(s: &str) -> Option<Severity> {
+        match s.to_ascii_lowercase().as_str() {
+            "info" => Some(Severity::Info),
+            "low" => Some(Severity::Low),
+            "moderate" => Some(Severity::Moderate),
+            "severe" => Some(Severity::Severe),
+            "critical" => Some(Severity::Critical),
+            _ => None,
+        }
+    }
+}
+
+/// Where in the program a finding points.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Location {
+    /// Op name (`aten::_local_scalar_dense`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// Kernel name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// Tensor or view description (shape, dtype, strides).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<String>,
+    /// User source line (`train.py(42): step`), when stacks were recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// One piece of evidence: a label and a measured value.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Evidence {
+    /// What was measured.
+    pub label: String,
+    /// The value, with units.
+    pub value: String,
+}
+
+/// One diagnosed problem.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Rule code.
+    pub code: &'static str,
+    /// Rule name.
+    pub rule: &'static str,
+    /// Category.
+    pub category: Category,
+    /// Short title (`Host sync inside the step`).
+    pub title: String,
+    /// One sentence stating the measured fact, with numbers.
+    pub message: String,
+    /// Estimated saving if fixed, ms per step.
+    pub saving_ms: f64,
+    /// That saving as % of the mean step.
+    pub saving_pct: f64,
+    /// How the saving was estimated (always an estimate).
+    pub estimate: String,
+    /// Derived from `saving_pct`.
+    pub severity: Severity,
+    /// Measured values behind the finding.
+    pub evidence: Vec<Evidence>,
+    /// Why this costs time, in this run's terms.
+    pub explanation: String,
+    /// What to change, most effective first.
+    pub fixes: Vec<String>,
+    /// Where: ops, kernels, tensors, source lines.
+    pub locations: Vec<Location>,
+}
+
+/// What a rule's check sees.
+pub struct Context<'a> {
+    /// The model.
+    pub profile: &'a Profile,
+    /// The measurements.
+    pub metrics: &'a RunMetrics,
+}
+
+impl Context<'_> {
+    /// Mean step time, ms (the denominator of every %).
+    pub fn step_ms(&self) -> f64 {
+        self.metrics.summary.step_time_ms
+    }
+    /// Number of steps (≥ 1).
+    pub fn steps(&self) -> f64 {
+        self.metrics.summary.steps.max(1) as f64
+    }
+}
+
+/// A finding under construction: rules fill the facts, [`Draft::finish`] derives
+/// the percentage and severity so no rule sets them by hand.
+pub struct Draft {
+    /// Title.
+    pub title: String,
+    /// Measured fact.
+    pub message: String,
+    /// Estimated saving, ms per step.
+    pub saving_ms: f64,
+    /// How the saving was estimated.
+    pub estimate: String,
+    /// Evidence.
+    pub evidence: Vec<Evidence>,
+    /// Explanation.
+    pub explanation: String,
+    /// Fixes.
+    pub fixes: Vec<String>,
+    /// Locations.
+    pub locations: Vec<Location>,
+}
+
+impl Draft {
+    /// Turn into a finding of `meta`, with % and severity from `ctx`'s step time.
+    pub fn finish(self, meta: &RuleMeta, ctx: &Context) -> Finding {
+        let step = ctx.step_ms();
+        let saving_ms = self.saving_ms.max(0.0);
+        let saving_pct = if step > 0.0 {
+            (100.0 * saving_ms / step).min(100.0)
+        } else {
+            0.0
+        };
+        Finding {
+            code: meta.code,
+            rule: meta.name,
+            category: meta.category,
+            title: self.title,
+            message: self.message,
+            saving_ms,
+            saving_pct,
+            estimate: self.estimate,
+            severity: Severity::from_pct(saving_pct),
+            evidence: self.evidence,
+            explanation: self.explanation,
+            fixes: self.fixes,
+            locations: self.locations,
+        }
+    }
+}
+
+/// Shorthand for an evidence row.
+pub fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
+    Evidence {
+        label: label.into(),
+        value: value.into(),
+    }
+}
+
+/// A rule: metadata and a check.
+pub struct Rule {
+    /// Identity and documentation.
+    pub meta: &'static RuleMeta,
+    /// The check: zero or more findings.
+    pub check: fn(&Context) -> Vec<Finding>,
+}
+
+/// Every rule, in code order. The one registration table.
+pub static REGISTRY: &[Rule] = &[
+    roofline_position::RULE,
+    launch_bound::RULE,
+    host_sync_in_step::RULE,
+    cpu_heavy_ops::RULE,
+    device_ping_pong::RULE,
+    late_gpu_migration::RULE,
+    cpu_preprocessing::RULE,
+    pageable_memcpy::RULE,
+    copy_compute_overlap::RULE,
+    data_loader_wait::RULE,
+    small_grids::RULE,
+    fp32_gemm_without_tensor_cores::RULE,
+    misaligned_gemm_shapes::RULE,
+    no_autocast::RULE,
+    elementwise_chains::RULE,
+    kernel_diversity::RULE,
+    memory_near_capacity::RULE,
+    allocator_churn::RULE,
+];
+
+/// Look a rule up by code (case-insensitive) or name.
+pub fn find(code_or_name: &str) -> Option<&'static Rule> {
+    REGISTRY
+        .iter()
+        .find(|r| r.meta.code.eq_ignore_ascii_case(code_or_name) || r.meta.name == code_or_name)
+}
+
+/// The result of running every rule.
+#[derive(Debug, Clone, Serialize)]
+pub struct Diagnosis {
+    /// Findings, largest saving first (ties by code).
+    pub findings: Vec<Finding>,
+    /// Code of the finding with the largest saving, if any saves time.
+    pub primary: Option<&'static str>,
+    /// Rules that could not run on this trace, with the reason.
+    pub skipped: Vec<SkippedRule>,
+}
+
+/// A rule that did not run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedRule {
+    /// Rule code.
+    pub code: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+/// Run every rule and rank the findings.
+pub fn diagnose(ctx: &Context) -> Diagnosis {
+    let mut findings = Vec::new();
+    let mut skipped = Vec::new();
+    let has_gpu = ctx.profile.has_gpu();
+    for r in REGISTRY {
+        if r.meta.needs_gpu && !has_gpu {
+            skipped.push(SkippedRule {
+                code: r.meta.code,
+                reason: "the trace has no GPU activity".into(),
+            });
+            continue;
+        }
+        findings.extend((r.check)(ctx));
+    }
+    findings.sort_by(|a, b| {
+        b.saving_ms
+            .total_cmp(&a.saving_ms)
+            .then_with(|| a.code.cmp(b.code))
+            .then_with(|| a.title.cmp(&b.title))
+    });
+    let primary = findings
+        .iter()
+        .find(|f| f.saving_ms > 0.0 && f.category != Category::Roofline)
+        .map(|f| f.code);
+    Diagnosis {
+        findings,
+        primary,
+        skipped,
+    }
+}
+
+/// Format ms with sensible precision.
+pub fn fmt_ms(ms: f64) -> String {
+    if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{:.1} µs", ms * 1000.0)
+    }
+}
+
+/// Format bytes with binary units.
+pub fn fmt_bytes(b: f64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} {}", U[i])
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+/// Location of op `idx`: its name and, with stacks, the user's source line.
+pub fn op_location(p: &Profile, idx: u32) -> Location {
+    Location {
+        op: Some(p.ops[idx as usize].name.to_string()),
+        source: p.user_frame(idx).map(|f| f.name.to_string()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_is_documented_and_unique() {
+        let mut codes = std::collections::HashSet::new();
+        for r in REGISTRY {
+            assert!(codes.insert(r.meta.code), "duplicate code {}", r.meta.code);
+            let mut at = 0;
+            for s in DOC_SECTIONS {
+                let pos = r.meta.doc[at..].find(s).unwrap_or_else(|| {
+                    panic!(
+                        "{} lacks section {s:?} (or it is out of order)",
+                        r.meta.code
+                    )
+                });
+                at += pos + s.len();
+            }
+            let letter = r.meta.code.chars().next().unwrap_or(' ');
+            let expect = match r.meta.category {
+                Category::Roofline => 'R',
+                Category::Launch => 'L',
+                Category::Sync => 'S',
+                Category::CpuResidency => 'C',
+                Category::DataPipeline => 'D',
+                Category::Occupancy => 'O',
+                Category::MemoryHierarchy => 'M',
+                Category::TensorCores => 'T',
+                Category::Fusion => 'G',
+                Category::Views => 'V',
+                Category::Allocator => 'A',
+            };
+            assert_eq!(
+                letter, expect,
+                "{} has the wrong letter for its category",
+                r.meta.code
+            );
+            assert!(
+                r.meta
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '-' || c.is_ascii_digit()),
+                "{} name must be kebab-case",
+                r.meta.code
+            );
+        }
+    }
+
+    #[test]
+    fn severity_follows_share() {
+        assert_eq!(Severity::from_pct(45.0), Severity::Critical);
+        assert_eq!(Severity::from_pct(20.0), Severity::Severe);
+        assert_eq!(Severity::from_pct(7.0), Severity::Moderate);
+        assert_eq!(Severity::from_pct(2.0), Severity::Low);
+        assert_eq!(Severity::from_pct(0.5), Severity::Info);
+    }
+}
