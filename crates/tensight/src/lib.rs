@@ -11,6 +11,8 @@ pub mod model;
 pub mod read;
 pub mod report;
 pub mod rules;
+#[doc(hidden)]
+pub mod testing;
 
 pub use error::{Error, Result};
 
