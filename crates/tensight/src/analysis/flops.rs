@@ -373,8 +373,9 @@ fn numel(shape: &[i64]) -> f64 {
 
 /// Product of dimensions as an integer, saturating.
 fn prod_u64(dims: &[i64]) -> u64 {
-    dims.iter()
-        .fold(1u64, |acc, &d| acc.saturating_mul(u64::try_from(d).unwrap_or(0)))
+    dims.iter().fold(1u64, |acc, &d| {
+        acc.saturating_mul(u64::try_from(d).unwrap_or(0))
+    })
 }
 
 fn u(d: i64) -> u64 {
@@ -415,7 +416,11 @@ impl Inputs {
         }
         Some(Inputs {
             args,
-            types: op.input_types.as_deref().map(parse_types).unwrap_or_default(),
+            types: op
+                .input_types
+                .as_deref()
+                .map(parse_types)
+                .unwrap_or_default(),
             concrete: op
                 .concrete_inputs
                 .as_deref()
@@ -493,10 +498,7 @@ fn list_items(s: &str) -> impl Iterator<Item = &str> {
         .strip_prefix('[')
         .and_then(|t| t.strip_suffix(']'))
         .unwrap_or(s);
-    inner
-        .split(',')
-        .map(str::trim)
-        .filter(|x| !x.is_empty())
+    inner.split(',').map(str::trim).filter(|x| !x.is_empty())
 }
 
 fn parse_bool(s: &str) -> Option<bool> {
@@ -547,7 +549,11 @@ fn scaled_mm(inp: &Inputs) -> Option<OpCost> {
     if k != k2 {
         return None;
     }
-    let out_item = if x.dtype.itemsize() <= 1 { 2.0 } else { x.item() };
+    let out_item = if x.dtype.itemsize() <= 1 {
+        2.0
+    } else {
+        x.item()
+    };
     let bytes = inp.tensor_bytes() + *m as f64 * *n as f64 * out_item;
     Some(gemm(1, u(*m), u(*n), u(*k), x.dtype, bytes))
 }
@@ -778,7 +784,10 @@ fn conv(inp: &Inputs, l: &ConvLayout) -> Option<OpCost> {
         w0
     };
     let flops = 2.0 * n as f64 * numel(if transposed { in_sp } else { &out_sp }) * numel(w.shape);
-    let bias_bytes = l.bias.and_then(|i| inp.tensor(i)).map_or(0.0, |t| t.bytes());
+    let bias_bytes = l
+        .bias
+        .and_then(|i| inp.tensor(i))
+        .map_or(0.0, |t| t.bytes());
     let out_bytes = n as f64 * c_out as f64 * numel(&out_sp) * x.item();
     let gemm_dims = conv_gemm_dims(n, in_sp, &out_sp, w.shape, groups, transposed);
     Some(OpCost {
@@ -839,11 +848,7 @@ fn conv_backward(inp: &Inputs) -> Option<OpCost> {
     } else {
         w.shape[0]
     };
-    let bias_grad = inp
-        .ints(3)
-        .map_or(c_out as f64, |s| numel(&s))
-        .max(0.0)
-        * go.item();
+    let bias_grad = inp.ints(3).map_or(c_out as f64, |s| numel(&s)).max(0.0) * go.item();
     let mut bytes = go.bytes();
     if want(0) {
         bytes += w.bytes() + x.bytes(); // read weight, write grad_input
@@ -868,7 +873,11 @@ fn conv_backward(inp: &Inputs) -> Option<OpCost> {
 // Attention
 
 /// `(B, L, S, E, Ev)` of q `[..., L, E]`, k `[..., S, E]`, v `[..., S, Ev]`.
-fn attention_dims(q: Tensor<'_>, k: Tensor<'_>, v: Tensor<'_>) -> Option<(f64, f64, f64, f64, f64)> {
+fn attention_dims(
+    q: Tensor<'_>,
+    k: Tensor<'_>,
+    v: Tensor<'_>,
+) -> Option<(f64, f64, f64, f64, f64)> {
     let r = q.rank();
     if r < 2 || k.rank() != r || v.rank() != r {
         return None;
@@ -1181,7 +1190,10 @@ mod tests {
         // read grad_out, q, k, v, out (5·8·141·64·2) and logsumexp (8·141·4);
         // write dq, dk, dv (3·8·141·64·2),
         // and the two 0-d philox tensors (2·8)
-        assert_eq!(bwd.min_bytes, 8.0 * 72_192.0 * 2.0 + 8.0 * 141.0 * 4.0 + 16.0);
+        assert_eq!(
+            bwd.min_bytes,
+            8.0 * 72_192.0 * 2.0 + 8.0 * 141.0 * 4.0 + 16.0
+        );
     }
 
     #[test]
@@ -1193,7 +1205,10 @@ mod tests {
             "",
         );
         assert_eq!(c.flops, 2.0 * 4.0 * 8.0 * 32.0 * 16.0);
-        assert_eq!(c.min_bytes, (4.0 * 8.0 * 16.0 + 4.0 * 16.0 * 32.0 + 4.0 * 8.0 * 32.0) * 2.0);
+        assert_eq!(
+            c.min_bytes,
+            (4.0 * 8.0 * 16.0 + 4.0 * 16.0 * 32.0 + 4.0 * 8.0 * 32.0) * 2.0
+        );
         assert_eq!(c.gemm_dims, Some((8, 32, 16)));
         let b = cost(
             "aten::baddbmm",
@@ -1204,7 +1219,12 @@ mod tests {
         assert_eq!(b.flops, c.flops);
         assert_eq!(b.min_bytes, c.min_bytes + 4.0 * 8.0 * 32.0 * 2.0);
         // matmul [b, M, K] @ [K, N] folds into one GEMM of b·M rows.
-        let m = cost("aten::matmul", "[[4, 8, 16], [16, 32]]", r#"["float", "float"]"#, "");
+        let m = cost(
+            "aten::matmul",
+            "[[4, 8, 16], [16, 32]]",
+            r#"["float", "float"]"#,
+            "",
+        );
         assert_eq!(m.flops, c.flops);
         assert_eq!(m.gemm_dims, Some((32, 32, 16)));
         // 4-D matmul is left to the bmm it calls.
@@ -1216,7 +1236,13 @@ mod tests {
         ))
         .is_none());
         // Mismatched inner dimensions: no cost.
-        assert!(op_cost(&op("aten::mm", "[[2, 3], [4, 5]]", r#"["float", "float"]"#, "")).is_none());
+        assert!(op_cost(&op(
+            "aten::mm",
+            "[[2, 3], [4, 5]]",
+            r#"["float", "float"]"#,
+            ""
+        ))
+        .is_none());
         // Depthwise conv, stride 2: weight [32, 1, 3, 3], groups 32, 56×56 → 28×28.
         let dw = cost(
             "aten::conv2d",
@@ -1236,7 +1262,10 @@ mod tests {
         );
         assert_eq!(t.flops, 2.0 * 2.0 * 64.0 * (16.0 * 8.0 * 16.0));
         let out = 2.0 * 8.0 * 16.0 * 16.0;
-        assert_eq!(t.min_bytes, (2.0 * 16.0 * 64.0 + 16.0 * 8.0 * 16.0 + out) * 4.0);
+        assert_eq!(
+            t.min_bytes,
+            (2.0 * 16.0 * 64.0 + 16.0 * 8.0 * 16.0 + out) * 4.0
+        );
         // Forward conv without Concrete Inputs: stride unknown, no cost.
         assert!(op_cost(&op(
             "aten::conv2d",
@@ -1267,7 +1296,10 @@ mod tests {
             r#"["", "", "-0.01"]"#,
         );
         let list = (1728.0 + 64.0 + 655_360.0 + 10.0) * 4.0;
-        assert_eq!(min_bytes_elementwise(&f), Some(2.0 * list + 655_360.0 * 4.0));
+        assert_eq!(
+            min_bytes_elementwise(&f),
+            Some(2.0 * list + 655_360.0 * 4.0)
+        );
         // A 0-d tensor is one element; no shapes, no bytes.
         let z = op("aten::mul", "[[], []]", r#"["float", "Scalar"]"#, "");
         assert_eq!(min_bytes_elementwise(&z), Some(8.0));
@@ -1277,7 +1309,12 @@ mod tests {
     #[test]
     fn every_formula_name_is_known() {
         for name in FORMULAS {
-            let o = op(name, "[[2, 3, 4, 4], [5, 3, 3, 3], [5]]", "", "[\"\", \"\", \"\"]");
+            let o = op(
+                name,
+                "[[2, 3, 4, 4], [5, 3, 3, 3], [5]]",
+                "",
+                "[\"\", \"\", \"\"]",
+            );
             let _ = op_cost(&o);
             assert!(has_formula(name));
         }
@@ -1286,9 +1323,8 @@ mod tests {
     fn shapes() -> impl Strategy<Value = String> {
         let dim = prop_oneof![Just(0i64), 1i64..70_000, Just(-1), Just(i64::MAX)];
         let shape = proptest::collection::vec(dim, 0..6);
-        proptest::collection::vec(shape, 0..12).prop_map(|v| {
-            serde_json::to_string(&v).unwrap_or_default()
-        })
+        proptest::collection::vec(shape, 0..12)
+            .prop_map(|v| serde_json::to_string(&v).unwrap_or_default())
     }
 
     proptest! {
