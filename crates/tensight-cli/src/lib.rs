@@ -4,6 +4,8 @@
 //! Exit codes: 0 ok, 1 a finding at or above `--fail-on`, 2 error. A closed pipe
 //! (`tensight analyze x | head`) exits 0.
 
+mod run;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -40,14 +42,29 @@ enum Command {
         after_help = "Record a trace with:\n  with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],\n                              record_shapes=True, with_stack=True) as prof:\n      for step in range(5): train_step(); prof.step()\n  prof.export_chrome_trace(\"trace.json\")\nrecord_shapes enables FLOPs and the roofline; with_stack names source lines."
     )]
     Analyze {
-        /// Trace file, or a folder (e.g. a TensorBoard log dir) holding one.
+        /// Trace file, a folder (e.g. a TensorBoard log dir) holding one, or a bundle
+        /// folder written by `tensight run`.
         path: PathBuf,
+        /// Execution trace recorded with the trace (ExecutionTraceObserver's et.json):
+        /// links tensors (ids, storages, shapes, strides, dtypes) to the ops.
+        #[arg(long, value_name = "FILE")]
+        et: Option<PathBuf>,
         #[command(flatten)]
         out: OutputArgs,
         /// Exit with code 1 when a finding is at least this severe.
         #[arg(long, value_name = "SEVERITY", value_parser = ["info", "low", "moderate", "severe", "critical"])]
         fail_on: Option<String>,
     },
+    /// Run a Python program under the profiler and diagnose it.
+    #[command(
+        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n\nThe program runs unmodified: steps are found from optimizer.step() calls (or top-level\nforward calls), the first W are skipped, the next N recorded. The bundle gets report.txt\nand report.json; the exit code is the program's."
+    )]
+    Run(run::RunArgs),
+    /// Train a built-in model on synthetic data, profiled and diagnosed.
+    #[command(
+        after_help = "Example:\n  tensight bench --model resnet50 --batch-size 32 --steps 20 --amp"
+    )]
+    Bench(run::BenchArgs),
     /// Analyze the bundled sample profile recorded on an NVIDIA H200.
     Demo {
         #[command(flatten)]
@@ -122,26 +139,36 @@ pub fn run(args: Vec<OsString>) -> i32 {
 
 fn dispatch(cli: Cli) -> tensight::Result<i32> {
     match cli.command {
-        Command::Analyze { path, out, fail_on } => {
+        Command::Run(args) => run::run(args),
+        Command::Bench(args) => run::bench(args),
+        Command::Analyze {
+            path,
+            et,
+            out,
+            fail_on,
+        } => {
             if let Some(o) = &out.output {
-                if same_file(o, &path) {
+                // A folder is analysed through the trace found in it: guard that file too.
+                let trace = tensight::read::resolve(&path).unwrap_or_else(|_| path.clone());
+                if same_file(o, &path) || same_file(o, &trace) {
                     return Err(tensight::Error::new(format!(
                         "refusing to write the report over the trace {}",
-                        path.display()
+                        trace.display()
                     ))
                     .with_hint("choose another file for -o"));
                 }
             }
             let progress = std::io::stderr().is_terminal();
             if progress {
-                let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                let file = tensight::read::resolve(&path).unwrap_or_else(|_| path.clone());
+                let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
                 eprint!(
                     "tensight: reading {} ({})…",
                     path.display(),
                     rules::fmt_bytes(size as f64)
                 );
             }
-            let report = tensight::analyze_path(&path);
+            let report = tensight::analyze_path_with_et(&path, et.as_deref());
             if progress {
                 eprint!("\r\x1b[2K");
             }
@@ -265,8 +292,7 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
                 let first = m
                     .doc
                     .lines()
-                    .skip_while(|l| l.starts_with('#') || l.trim().is_empty())
-                    .next()
+                    .find(|l| !(l.starts_with('#') || l.trim().is_empty()))
                     .unwrap_or("");
                 s.push_str(&format!(
                     "{:<5} {:<32} {:<17} {}\n",

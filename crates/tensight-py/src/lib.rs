@@ -1,1 +1,59 @@
+//! Python bindings: the `tensight._native` module.
+//!
+//! `main(argv)` runs the command line (the `tensight` console script calls it, so one
+//! wheel carries both the CLI and the API); `analyze_json(path)` and `demo_json()`
+//! return the JSON report (schema in the engine's `report::json` module) as a string,
+//! which `tensight.analyze()` turns into a dict; `report_text(path)` returns the text
+//! report without colour (`p.report()`). `path` may be a trace file, a folder holding
+//! one, or a bundle folder. No logic lives here.
 
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// Run the `tensight` command line with `argv` (argv[0] is the program name).
+/// Returns the exit code.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
+    let args: Vec<std::ffi::OsString> = argv.into_iter().map(Into::into).collect();
+    py.detach(|| tensight_cli::run(args))
+}
+
+/// Analyse the trace or bundle at `path` and return the JSON report as a string.
+#[pyfunction]
+fn analyze_json(py: Python<'_>, path: String) -> PyResult<String> {
+    let report = py
+        .detach(|| tensight::analyze_path(std::path::Path::new(&path)))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(tensight::report::json::render(&report))
+}
+
+/// Analyse the trace or bundle at `path` and return the text report (no colour,
+/// 80 columns).
+#[pyfunction]
+fn report_text(py: Python<'_>, path: String) -> PyResult<String> {
+    let report = py
+        .detach(|| tensight::analyze_path(std::path::Path::new(&path)))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(tensight::report::terminal::render(
+        &report,
+        tensight::report::RenderOptions {
+            color: false,
+            width: 80,
+        },
+    ))
+}
+
+/// The engine's version.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(main, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze_json, m)?)?;
+    m.add_function(wrap_pyfunction!(report_text, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}

@@ -18,9 +18,19 @@ pub use error::{Error, Result};
 
 use std::path::Path;
 
-/// Read, analyse and diagnose the trace at `path` (a file or a folder holding one).
+/// Read, analyse and diagnose the trace at `path` (a file, a folder holding one, or a
+/// bundle written by `tensight run`).
 pub fn analyze_path(path: &Path) -> Result<report::Report> {
-    let loaded = read::load(path)?;
+    analyze_path_with_et(path, None)
+}
+
+/// [`analyze_path`], also reading the execution trace `et` (recorded over the same
+/// window) and linking its tensors to the ops.
+pub fn analyze_path_with_et(path: &Path, et: Option<&Path>) -> Result<report::Report> {
+    let mut loaded = read::load(path)?;
+    if let Some(et) = et {
+        read::execution_trace::attach(&mut loaded, et)?;
+    }
     Ok(diagnose(loaded, path.display().to_string()))
 }
 

@@ -21,10 +21,8 @@ pub fn finish(p: &mut Profile) {
     p.python_frames.sort_by(|a, b| {
         (a.pid, a.tid, a.ts_ns, -a.dur_ns).cmp(&(b.pid, b.tid, b.ts_ns, -b.dur_ns))
     });
-    p.gpu
-        .sort_by(|a, b| (a.ts_ns, a.device, a.stream).cmp(&(b.ts_ns, b.device, b.stream)));
-    p.runtime
-        .sort_by(|a, b| (a.ts_ns, a.tid).cmp(&(b.ts_ns, b.tid)));
+    p.gpu.sort_by_key(|a| (a.ts_ns, a.device, a.stream));
+    p.runtime.sort_by_key(|a| (a.ts_ns, a.tid));
     p.gpu_annotations.sort_by_key(|a| a.ts_ns);
     p.gpu_syncs.sort_by_key(|a| a.ts_ns);
     p.memory.sort_by_key(|m| m.ts_ns);

@@ -4,7 +4,9 @@
 //! and [`crate::rules`]. It holds what the trace says, normalised (integer nanoseconds,
 //! parsed memcpy kinds, classified runtime calls) and linked (kernel → launching op by
 //! External id, runtime call ↔ GPU activity by correlation, op → parent op and enclosing
-//! Python frame). It does not compute metrics: that is the analysis stage's job.
+//! Python frame). With a bundle or an execution trace it also holds the manifest's facts
+//! ([`BundleInfo`]) and each op's tensors ([`ExecTrace`]: ids, storages, shapes, strides,
+//! dtypes, aliasing). It does not compute metrics: that is the analysis stage's job.
 //!
 //! Units are in field names: `_ns` nanoseconds since the Unix epoch as the trace gives
 //! them (Kineto writes microseconds; we multiply), `bytes`, `_pct`.
@@ -51,6 +53,11 @@ pub struct Profile {
     pub step_source: StepSource,
     /// What the importer skipped or repaired, by kind. Nothing vanishes silently.
     pub counters: ImportCounters,
+    /// The execution trace recorded over the same window, its nodes linked to `ops`
+    /// (`None` without one: only bundles and `analyze --et` load it).
+    pub execution_trace: Option<ExecTrace>,
+    /// What the bundle's manifest says about the run (`None` for a bare trace).
+    pub bundle: Option<BundleInfo>,
 }
 
 /// Facts about the trace as a whole.
@@ -701,4 +708,237 @@ pub fn is_user_frame(name: &str) -> bool {
     !(LIB.iter().any(|l| file.contains(l))
         || file.starts_with("torch")
         || file.starts_with("functools.py"))
+}
+
+/// The execution trace (`torch.profiler.ExecutionTraceObserver`) of the profiled window:
+/// which tensors each op read and wrote, linked to the Kineto ops through the record
+/// function id (`attrs.rf_id` == `Record function id`).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ExecTrace {
+    /// File it was read from, as given.
+    pub source: String,
+    /// `schema` as written (`1.1.1-chakra.0.0.4`; `1.0.1` for the old flat layout).
+    pub schema: String,
+    /// Operator nodes in file order; the synthetic `[pytorch|profiler|execution_trace|…]`
+    /// root nodes are left out.
+    pub nodes: Vec<EtNode>,
+    /// Nodes linked to a Kineto op (`EtNode::op` set).
+    pub linked: u64,
+    /// `(op index, node index)` sorted by op: the lookup behind [`ExecTrace::node_of_op`].
+    #[serde(skip)]
+    pub by_op: Vec<(u32, u32)>,
+}
+
+impl ExecTrace {
+    /// The node linked to op `op` (index into `Profile::ops`).
+    pub fn node_of_op(&self, op: u32) -> Option<&EtNode> {
+        let i = self.by_op.binary_search_by_key(&op, |&(o, _)| o).ok()?;
+        self.nodes.get(self.by_op[i].1 as usize)
+    }
+
+    /// Tensors recorded, inputs and outputs of every node.
+    pub fn tensor_count(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| n.inputs.len() + n.outputs.len())
+            .sum()
+    }
+}
+
+/// One operator node of the execution trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct EtNode {
+    /// Node id (`id`), unique in the file.
+    pub id: i64,
+    /// Operator or annotation name (`aten::transpose`).
+    pub name: Name,
+    /// Parent node id (`ctrl_deps`; `parent` in schema 1.0).
+    pub parent: Option<i64>,
+    /// Record function id (`attrs.rf_id`): equals the Kineto op's `Record function id`.
+    pub rf_id: Option<i64>,
+    /// Autograd sequence id (`seq_id`; -1 in the file becomes `None`).
+    pub seq_id: Option<i64>,
+    /// Thread as the execution trace numbers them (`tid`; not an OS thread id).
+    pub tid: Option<i64>,
+    /// The Kineto op with the same record function id and name (index into
+    /// `Profile::ops`); `None` when none matches (counted as `et_node_unlinked`).
+    pub op: Option<u32>,
+    /// Operator schema (`aten::transpose.int(Tensor(a) self, int dim0, int dim1) ->
+    /// Tensor(a)`), when recorded.
+    pub op_schema: Option<Box<str>>,
+    /// How the results relate to the inputs, from the schema's return annotations: the
+    /// strongest over all returns.
+    pub alias: AliasKind,
+    /// Tensor inputs (other arguments — ints, lists of ints, devices — are left out).
+    pub inputs: Vec<EtTensor>,
+    /// Tensor outputs.
+    pub outputs: Vec<EtTensor>,
+}
+
+impl EtNode {
+    /// True when some output shares memory with an input by the op's schema
+    /// (`Tensor(a)` view or `Tensor(a!)` in-place return). `_unsafe_view` and friends
+    /// alias without saying so: compare `storage_id`s for those.
+    pub fn aliases(&self) -> bool {
+        self.alias != AliasKind::None
+    }
+}
+
+/// Alias annotation of an argument or return in an operator schema.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AliasKind {
+    /// No annotation (`Tensor`): fresh memory, or unknown (no schema recorded).
+    #[default]
+    None,
+    /// `Tensor(a)`: a view of an input (same storage, read-only alias).
+    View,
+    /// `Tensor(a!)`: the input itself, written in place.
+    InPlace,
+}
+
+/// One tensor argument of an execution-trace node: the ET value
+/// `[tensor_id, storage_id, offset, numel, itemsize, device]` with its shape, strides
+/// and dtype.
+#[derive(Debug, Clone, Serialize)]
+pub struct EtTensor {
+    /// Argument position among the node's inputs (or outputs), counting non-tensor
+    /// arguments too, so it matches the operator schema.
+    pub arg: u16,
+    /// Position inside a tensor-list argument (`GenericList[Tensor(float),...]`).
+    pub list_index: Option<u16>,
+    /// Tensor id: a view gets a new one.
+    pub tensor_id: u64,
+    /// Storage id: shared by a base tensor and all its views.
+    pub storage_id: u64,
+    /// Offset into the storage, in elements.
+    pub offset_elems: u64,
+    /// Elements.
+    pub numel: u64,
+    /// Bytes per element.
+    pub itemsize: u32,
+    /// Device as written (`cuda:0`, `cpu`); empty when not recorded.
+    pub device: Name,
+    /// Sizes.
+    pub shape: Vec<i64>,
+    /// Strides in elements; empty when not recorded (schema 1.0 has none).
+    pub strides: Vec<i64>,
+    /// Element type as the trace writes it (`float`, `c10::BFloat16`, `long int`).
+    pub dtype: Name,
+    /// The schema's alias annotation for this argument or return.
+    pub alias: AliasKind,
+}
+
+impl EtTensor {
+    /// Bytes the tensor's elements span (`numel × itemsize`).
+    pub fn bytes(&self) -> u64 {
+        self.numel.saturating_mul(self.itemsize as u64)
+    }
+
+    /// True when the strides are the row-major strides of the shape (sizes of 1 are
+    /// ignored); `None` when strides were not recorded.
+    pub fn is_contiguous(&self) -> Option<bool> {
+        if self.strides.len() != self.shape.len() {
+            return None;
+        }
+        let mut expected = 1i64;
+        for (&size, &stride) in self.shape.iter().zip(&self.strides).rev() {
+            if size != 1 && stride != expected {
+                return Some(false);
+            }
+            expected = expected.saturating_mul(size);
+        }
+        Some(true)
+    }
+}
+
+/// What a bundle's `manifest.json` says about the run (written by `tensight run`'s
+/// Python collector). Fields the manifest lacks are `None` or empty.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct BundleInfo {
+    /// The bundle folder, as given.
+    pub dir: String,
+    /// `format_version` (`MAJOR.MINOR`).
+    pub format_version: String,
+    /// Version of the tensight that recorded it.
+    pub tensight_version: Option<String>,
+    /// Python version of the program.
+    pub python_version: Option<String>,
+    /// `torch.__version__` (`2.11.0+cu130`).
+    pub torch_version: Option<String>,
+    /// `torch.version.cuda` (`13.0`); `None` for CPU-only builds.
+    pub cuda_version: Option<String>,
+    /// The GPU the program used, as torch described it; `None` on CPU.
+    pub device: Option<BundleDevice>,
+    /// The program's command line (argv).
+    pub command: Vec<String>,
+    /// Working directory of the program.
+    pub cwd: Option<String>,
+    /// How the collector found steps: `optimizer`, `forward` or `whole_program`.
+    pub step_detection: Option<String>,
+    /// Steps skipped before recording.
+    pub warmup_steps: Option<u64>,
+    /// Steps asked for (`--steps`).
+    pub steps_requested: Option<u64>,
+    /// Steps actually recorded.
+    pub steps_recorded: Option<u64>,
+    /// Collector options as written (free-form object).
+    pub options: serde_json::Value,
+    /// How the program ended.
+    pub program: ProgramOutcome,
+    /// Files of the bundle, relative to its folder.
+    pub files: BundleFiles,
+    /// Step times measured by the collector.
+    pub timing: BundleTiming,
+}
+
+impl BundleInfo {
+    /// True when the program crashed (raised, or died on a signal) while recorded.
+    pub fn crashed(&self) -> bool {
+        self.program.status == "crashed"
+    }
+}
+
+/// The GPU of a bundle's run (`torch.cuda.get_device_properties`).
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct BundleDevice {
+    /// Name (`NVIDIA H200`).
+    pub name: String,
+    /// Global memory, bytes.
+    pub total_memory_bytes: Option<u64>,
+    /// Compute capability `[major, minor]`.
+    pub capability: Option<[i64; 2]>,
+    /// Streaming multiprocessors.
+    pub multi_processor_count: Option<u32>,
+}
+
+/// How the recorded program ended.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct ProgramOutcome {
+    /// `completed`, `crashed` or `running` (the collector did not see the end), as written.
+    pub status: String,
+    /// Exit code, when known.
+    pub exit_code: Option<i64>,
+    /// The exception or signal that ended it, for a crash.
+    pub error: Option<String>,
+}
+
+/// Files a bundle holds, relative to its folder; `None` when not recorded.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct BundleFiles {
+    /// Kineto trace.
+    pub trace: Option<String>,
+    /// Execution trace.
+    pub execution_trace: Option<String>,
+    /// Nsight Compute CSV of the hardware pass.
+    pub ncu: Option<String>,
+}
+
+/// Step times the collector measured itself, in milliseconds.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct BundleTiming {
+    /// Step times of the warm-up steps, run without the profiler.
+    pub step_ms_unprofiled: Vec<f64>,
+    /// Step times of the recorded steps, under the profiler.
+    pub step_ms_profiled: Vec<f64>,
 }

@@ -91,7 +91,10 @@ fn host_ranges(p: &Profile) -> (Vec<(i64, i64, String)>, StepSource) {
 /// The user frame that repeats (≥ 2 times) under one parent frame, covers at least half
 /// of that parent and at least a third of the profiled window; the shallowest such
 /// frame wins, then the one covering most.
-fn repeating_frame(p: &Profile) -> Option<(String, Vec<(i64, i64, String)>)> {
+/// A frame's name and its occurrences as (start, end, label).
+type Repeats = (String, Vec<(i64, i64, String)>);
+
+fn repeating_frame(p: &Profile) -> Option<Repeats> {
     // (parent, name) -> (count, total dur, depth)
     let mut groups: HashMap<(Option<u32>, &str), (usize, i64, u16)> = HashMap::new();
     for f in &p.python_frames {
@@ -102,7 +105,8 @@ fn repeating_frame(p: &Profile) -> Option<(String, Vec<(i64, i64, String)>)> {
         e.0 += 1;
         e.1 += f.dur_ns;
     }
-    let mut best: Option<((Option<u32>, &str), u16, i64)> = None;
+    type Candidate<'a> = ((Option<u32>, &'a str), u16, i64);
+    let mut best: Option<Candidate> = None;
     for (&(parent, name), &(count, total, depth)) in &groups {
         if count < 2 {
             continue;

@@ -1,12 +1,17 @@
 //! Readers: from a path to a [`Profile`].
 //!
-//! Input: a path (a Kineto trace `.json`/`.json.gz`, or a folder holding one, e.g. a
-//! TensorBoard log folder). Output: a finished, linked [`Profile`] plus warnings for the
+//! Input: a path (a Kineto trace `.json`/`.json.gz`, a folder holding one, e.g. a
+//! TensorBoard log folder, or a bundle folder written by `tensight run`: [`bundle`]).
+//! An execution trace is read only with a bundle or when asked
+//! ([`execution_trace::attach`]). Output: a finished, linked [`Profile`] plus warnings for the
 //! user. The format is sniffed from the first bytes, not the file name; inputs that are
 //! profiler output of another kind (an execution trace, an Nsight Compute CSV) get an
 //! error saying what they are and what to pass with them.
 
+pub mod bundle;
+pub mod execution_trace;
 pub mod kineto;
+mod kineto_event;
 pub mod scan;
 pub mod source;
 
@@ -52,8 +57,12 @@ pub fn sniff(buf: &[u8]) -> Sniffed {
 }
 
 /// Find the trace to read under `path`: the path itself if it is a file; in a folder,
-/// the one Kineto trace it holds (searched recursively, as TensorBoard lays them out).
+/// the one Kineto trace it holds (searched recursively, as TensorBoard lays them out);
+/// in a bundle, the trace its manifest names.
 pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if let Some(dir) = bundle::bundle_dir(path) {
+        return bundle::trace_file(&dir, &bundle::read_manifest(&dir)?);
+    }
     if !path.is_dir() {
         return Ok(path.to_path_buf());
     }
@@ -68,12 +77,17 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
         .with_hint("torch.profiler writes traces with on_trace_ready=tensorboard_trace_handler(DIR) or prof.export_chrome_trace(FILE)")),
         1 => Ok(found.remove(0)),
         _ => {
-            let list: Vec<String> = found.iter().take(8).map(|p| format!("  {}", p.display())).collect();
+            let list: Vec<String> = found
+                .iter()
+                .take(4)
+                .map(|p| p.strip_prefix(path).unwrap_or(p).display().to_string())
+                .collect();
+            let more = if found.len() > 4 { ", ..." } else { "" };
             Err(Error::new(format!(
-                "failed to read {}: {} trace files in this folder; pass one of them\n{}",
+                "failed to read {}: {} trace files in this folder ({}{more}); pass one of them",
                 path.display(),
                 found.len(),
-                list.join("\n")
+                list.join(", ")
             ))
             .with_hint("each rank writes its own trace: analyze them one at a time"))
         }
@@ -95,6 +109,7 @@ fn collect_traces(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let is_json = name.ends_with(".json") || name.ends_with(".json.gz");
             let skip = name == "manifest.json"
+                || name == "report.json"
                 || name.starts_with("et.")
                 || name.contains("execution_trace");
             if is_json && !skip {
@@ -104,11 +119,18 @@ fn collect_traces(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
     }
 }
 
-/// Read and finish the profile at `path`.
+/// Read and finish the profile at `path` (a trace, a folder holding one, or a bundle).
 pub fn load(path: &Path) -> Result<Loaded> {
-    let file = resolve(path)?;
+    if let Some(dir) = bundle::bundle_dir(path) {
+        return bundle::load(&dir);
+    }
+    load_file(&resolve(path)?)
+}
+
+/// Read and finish the Kineto trace in the file `file`.
+fn load_file(file: &Path) -> Result<Loaded> {
     let shown = file.display().to_string();
-    let (bytes, info) = source::open(&file)?;
+    let (bytes, info) = source::open(file)?;
     let mut warnings = Vec::new();
     if let Some(e) = &info.gzip_truncated {
         warnings.push(format!(
@@ -116,7 +138,13 @@ pub fn load(path: &Path) -> Result<Loaded> {
             bytes.len()
         ));
     }
-    let mut loaded = parse(&shown, &bytes)?;
+    let mut loaded = parse(&shown, &bytes, &|s, e| bytes.release(s, e)).map_err(|mut err| {
+        if let Some(e) = &info.gzip_truncated {
+            err.message += &format!("; the gzip stream ends early ({e})");
+            err.hint = Some(INCOMPLETE.to_string());
+        }
+        err
+    })?;
     warnings.append(&mut loaded.warnings);
     loaded.warnings = warnings;
     Ok(loaded)
@@ -130,17 +158,22 @@ pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
         flate2::read::MultiGzDecoder::new(bytes)
             .read_to_end(&mut out)
             .map_err(|e| Error::new(format!("failed to read trace {shown}: {e}")))?;
-        return parse(shown, &out);
+        return parse(shown, &out, &|_, _| {});
     }
     if bytes.is_empty() {
         return Err(Error::new(format!(
             "failed to read trace {shown}: it is empty"
         )));
     }
-    parse(shown, bytes)
+    parse(shown, bytes, &|_, _| {})
 }
 
-fn parse(shown: &str, bytes: &[u8]) -> Result<Loaded> {
+const INCOMPLETE: &str =
+    "the file is incomplete: was the profiler killed while writing it, or the copy cut short?";
+
+/// `release(start, end)` is told when the bytes in that range have been parsed
+/// ([`source::Bytes::release`]).
+fn parse(shown: &str, bytes: &[u8], release: &(dyn Fn(usize, usize) + Sync)) -> Result<Loaded> {
     let mut warnings = Vec::new();
     let mut profile = Profile::default();
     match sniff(bytes) {
@@ -149,7 +182,7 @@ fn parse(shown: &str, bytes: &[u8]) -> Result<Loaded> {
             return Err(Error::new(format!(
                 "{shown} is an Nsight Compute CSV (per-kernel hardware counters), not a timeline trace"
             ))
-            .with_hint("pass the Kineto trace of the same run to `tensight analyze`; hardware counters are read from a bundle made by `tensight run --hardware`"))
+            .with_hint("pass the Kineto trace of the same run (the .json or .json.gz written by torch.profiler) to `tensight analyze`"))
         }
         Sniffed::Unknown => {
             return Err(Error::new(format!(
@@ -160,7 +193,7 @@ fn parse(shown: &str, bytes: &[u8]) -> Result<Loaded> {
         }
     }
     use kineto::NotATrace;
-    match kineto::read(bytes, &mut profile, &mut warnings) {
+    match kineto::read_releasing(bytes, release, &mut profile, &mut warnings) {
         Ok(()) => {}
         Err(NotATrace::NotJson) => {
             return Err(Error::new(format!("failed to read trace {shown}: not JSON")));
@@ -173,6 +206,14 @@ fn parse(shown: &str, bytes: &[u8]) -> Result<Loaded> {
         }
         Err(NotATrace::NoTraceEvents(keys)) => {
             let keys: Vec<String> = keys.into_iter().take(6).collect();
+            if scan::value_end(bytes, scan::skip_ws(bytes, 0)).is_err() {
+                return Err(Error::new(format!(
+                    "failed to read trace {shown}: the JSON ends early, at byte {}, before \"traceEvents\" (top-level keys read: {})",
+                    bytes.len(),
+                    keys.join(", ")
+                ))
+                .with_hint(INCOMPLETE));
+            }
             return Err(Error::new(format!(
                 "failed to read trace {shown}: JSON but not a trace (no \"traceEvents\"; top-level keys: {})",
                 if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
@@ -188,6 +229,15 @@ fn parse(shown: &str, bytes: &[u8]) -> Result<Loaded> {
     profile.meta.source = shown.to_string();
     profile.meta.json_bytes = bytes.len() as u64;
     if profile.ops.is_empty() && profile.gpu.is_empty() && profile.runtime.is_empty() {
+        let c = &profile.counters.counters;
+        if let Some(bad) = c.iter().find(|c| c.name == "unparseable_event") {
+            return Err(Error::new(format!(
+                "failed to read trace {shown}: JSON but not a trace (no ops, kernels or runtime calls; {} array element{})",
+                bad.count,
+                if bad.count == 1 { " is not a trace event" } else { "s are not trace events" }
+            ))
+            .with_hint("tensight reads PyTorch profiler (Kineto) traces: {\"traceEvents\": [{\"ph\": \"X\", ...}, ...]}"));
+        }
         return Err(Error::new(format!(
             "failed to read trace {shown}: it holds no events (no ops, kernels or runtime calls)"
         ))

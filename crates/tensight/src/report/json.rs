@@ -4,9 +4,25 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.0",
+//!   "schema_version": "1.1",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
+//!   "bundle": {                                // since 1.1; null unless a bundle was read
+//!     "dir": str, "format_version": str,       // the manifest of `tensight run`
+//!     "tensight_version", "python_version", "torch_version", "cuda_version": str|null,
+//!     "device": { "name": str, "total_memory_bytes": int|null,
+//!                 "capability": [int, int]|null, "multi_processor_count": int|null } | null,
+//!     "command": [str], "cwd": str|null,
+//!     "step_detection": "optimizer"|"forward"|"whole_program"|null,
+//!     "warmup_steps", "steps_requested", "steps_recorded": int|null,
+//!     "options": {...},                        // collector options, as written
+//!     "program": { "status": "completed"|"crashed"|"running"|str,
+//!                  "exit_code": int|null, "error": str|null },
+//!     "files": { "trace", "execution_trace", "ncu": str|null },  // relative to dir
+//!     "timing": { "step_ms_unprofiled": [float], "step_ms_profiled": [float] } } | null,
+//!   "execution_trace": { "source": str, "schema": str,   // since 1.1; null without one
+//!                        "nodes": int, "linked": int,   // nodes linked to a Kineto op
+//!                        "tensors": int } | null,       // tensor arguments recorded
 //!   "trace": { "json_bytes": int, "schema_version": int|null, "trace_name": str|null,
 //!              "rocm": bool, "record_shapes": bool|null, "with_stack": bool|null,
 //!              "profile_memory": bool|null, "cuda_runtime_version": int|null },
@@ -60,7 +76,7 @@ use super::Report;
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.0";
+pub const SCHEMA_VERSION: &str = "1.1";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
@@ -80,6 +96,14 @@ pub fn to_value(r: &Report) -> Value {
         "schema_version": SCHEMA_VERSION,
         "tensight_version": env!("CARGO_PKG_VERSION"),
         "input": r.input,
+        "bundle": r.profile.bundle,
+        "execution_trace": r.profile.execution_trace.as_ref().map(|et| json!({
+            "source": et.source,
+            "schema": et.schema,
+            "nodes": et.nodes.len(),
+            "linked": et.linked,
+            "tensors": et.tensor_count(),
+        })),
         "trace": {
             "json_bytes": r.profile.meta.json_bytes,
             "schema_version": r.profile.meta.schema_version,

@@ -1,9 +1,11 @@
-//! Terminal report, in the seed's spirit: executive summary, roofline, ranked
+//! Terminal report, in the seed's spirit: a header (input, and for a bundle the
+//! program, how it ended, what was recorded, versions), executive summary, roofline, ranked
 //! bottlenecks with evidence, explanation and fixes, the timeline, top kernels and ops,
 //! then the top recommendations. Readable at 80 columns; ANSI colour only when
 //! [`RenderOptions::color`] is set (the CLI decides: a TTY, `NO_COLOR` unset).
 
 use super::{RenderOptions, Report};
+use crate::model::{BundleDevice, BundleInfo};
 use crate::rules::{fmt_bytes, fmt_ms, Category, Finding, Severity};
 use owo_colors::OwoColorize;
 use std::fmt::Write;
@@ -133,13 +135,27 @@ fn header(out: &mut String, r: &Report, t: &Term) {
     );
     let _ = writeln!(out, "╚{}╝", "═".repeat(inner));
     let m = &r.profile.meta;
-    let _ = writeln!(
-        out,
-        "{} {} ({} of JSON)",
-        t.dim("trace "),
-        r.input,
-        fmt_bytes(m.json_bytes as f64)
-    );
+    let bundle = r.profile.bundle.as_ref();
+    if bundle.is_some() {
+        let _ = writeln!(
+            out,
+            "{} {} (trace: {} of JSON)",
+            t.dim("bundle"),
+            r.input,
+            fmt_bytes(m.json_bytes as f64)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{} {} ({} of JSON)",
+            t.dim("trace "),
+            r.input,
+            fmt_bytes(m.json_bytes as f64)
+        );
+    }
+    if let Some(b) = bundle {
+        bundle_lines(out, b, t);
+    }
     let dev = match &r.metrics.device {
         Some(d) if !d.name.is_empty() => format!(
             "{} · {} SMs · {}",
@@ -148,10 +164,16 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             fmt_bytes(d.memory_bytes as f64)
         ),
         Some(_) => "unnamed GPU".into(),
-        None if r.profile.has_gpu() => "GPU not described in the trace".into(),
-        None => "none (CPU-only trace)".into(),
+        None => match bundle.and_then(|b| b.device.as_ref()) {
+            Some(d) => bundle_device(d),
+            None if r.profile.has_gpu() => "GPU not described in the trace".into(),
+            None => "none (CPU-only trace)".into(),
+        },
     };
     let _ = writeln!(out, "{} {}", t.dim("device"), dev);
+    if let Some(b) = bundle {
+        versions_line(out, b, t);
+    }
     if let Some(d) = &m.distributed {
         if let (Some(rank), Some(ws)) = (d.rank, d.world_size) {
             let _ = writeln!(
@@ -170,6 +192,199 @@ fn header(out: &mut String, r: &Report, t: &Term) {
         s.steps,
         s.step_source
     );
+    if let Some(et) = &r.profile.execution_trace {
+        let _ = writeln!(
+            out,
+            "{} {} tensor arguments of {} ops linked from the execution trace ({} nodes)",
+            t.dim("tensor"),
+            et.tensor_count(),
+            et.linked,
+            et.nodes.len()
+        );
+    }
+}
+
+/// A header line: a dim six-column label, then `text` wrapped under itself.
+fn labelled(out: &mut String, t: &Term, label: &str, text: &str) {
+    let body = wrap(text, t.w.saturating_sub(7), "");
+    for (i, line) in body.lines().enumerate() {
+        if i == 0 {
+            let _ = writeln!(out, "{} {line}", t.dim(&format!("{label:<6}")));
+        } else {
+            let _ = writeln!(out, "       {line}");
+        }
+    }
+}
+
+/// The program, how it ended and what was recorded, from a bundle's manifest.
+fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
+    if !b.command.is_empty() {
+        let cmd: Vec<String> = b.command.iter().map(|a| shell_word(a)).collect();
+        let cmd = cmd.join(" ");
+        labelled(out, t, "run", &short_text(&cmd, 3 * t.w));
+    }
+    let partial = " — the report covers what was recorded";
+    let status = match b.program.status.as_str() {
+        "crashed" => match &b.program.error {
+            Some(e) => format!("crashed: {}{partial}", short_text(last_line(e), 300)),
+            None => format!("crashed{partial}"),
+        },
+        "running" => format!("did not finish (killed?){partial}"),
+        "completed" => match b.program.exit_code {
+            Some(c) if c != 0 => format!("completed, exit code {c}"),
+            _ => "completed".into(),
+        },
+        other => format!("{other}{partial}"),
+    };
+    let status = if t.color && b.program.status != "completed" {
+        status.yellow().to_string()
+    } else {
+        status
+    };
+    labelled(out, t, "status", &status);
+    if b.step_detection.as_deref() == Some("whole_program") {
+        let asked = b
+            .steps_requested
+            .map(|n| format!(" ({n} steps requested)"))
+            .unwrap_or_default();
+        labelled(
+            out,
+            t,
+            "record",
+            &format!("the whole program as one window: no optimizer.step() or module forward calls found{asked}"),
+        );
+        timing_line(out, b, t);
+        return;
+    }
+    let found = match b.step_detection.as_deref() {
+        Some("optimizer") => "optimizer.step() calls".to_string(),
+        Some("forward") => "top-level module forward calls".to_string(),
+        Some(other) => other.to_string(),
+        None => "not stated".to_string(),
+    };
+    let recorded = match (b.steps_recorded, b.steps_requested) {
+        (Some(n), Some(req)) => format!("{n} of {req} requested steps"),
+        (Some(n), None) => format!("{n} steps"),
+        (None, Some(req)) => format!("? of {req} requested steps"),
+        (None, None) => "steps".to_string(),
+    };
+    let warm = b
+        .warmup_steps
+        .map(|w| format!(" after {w} warm-up"))
+        .unwrap_or_default();
+    labelled(
+        out,
+        t,
+        "record",
+        &format!("{recorded}{warm}; step boundaries: {found}"),
+    );
+    timing_line(out, b, t);
+}
+
+/// Step time with and without the profiler, as the collector measured it.
+fn timing_line(out: &mut String, b: &BundleInfo, t: &Term) {
+    let (prof, plain) = (
+        median(&b.timing.step_ms_profiled),
+        median(&b.timing.step_ms_unprofiled),
+    );
+    if let (Some(p), Some(u)) = (prof, plain) {
+        let ratio = if u > 0.0 {
+            format!(": {:.2}×", p / u)
+        } else {
+            String::new()
+        };
+        labelled(
+            out,
+            t,
+            "timing",
+            &format!(
+                "step {} under the profiler, {} without (medians{ratio})",
+                fmt_ms(p),
+                fmt_ms(u)
+            ),
+        );
+    }
+}
+
+/// torch, CUDA, Python and tensight versions from a bundle's manifest.
+fn versions_line(out: &mut String, b: &BundleInfo, t: &Term) {
+    let mut parts = Vec::new();
+    if let Some(v) = &b.torch_version {
+        parts.push(format!("torch {v}"));
+    }
+    parts.push(match &b.cuda_version {
+        Some(v) => format!("CUDA {v}"),
+        None => "no CUDA".to_string(),
+    });
+    if let Some(v) = &b.python_version {
+        parts.push(format!("Python {v}"));
+    }
+    if let Some(v) = &b.tensight_version {
+        parts.push(format!("tensight {v}"));
+    }
+    labelled(out, t, "using", &parts.join(" · "));
+}
+
+fn bundle_device(d: &BundleDevice) -> String {
+    let mut s = if d.name.is_empty() {
+        "unnamed GPU".to_string()
+    } else {
+        d.name.clone()
+    };
+    if let Some(n) = d.multi_processor_count {
+        let _ = write!(s, " · {n} SMs");
+    }
+    if let Some(b) = d.total_memory_bytes {
+        let _ = write!(s, " · {}", fmt_bytes(b as f64));
+    }
+    if let Some([ma, mi]) = d.capability {
+        let _ = write!(s, " · sm_{ma}{mi}");
+    }
+    s
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The last non-empty line (a traceback ends with the exception).
+fn last_line(s: &str) -> &str {
+    s.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+}
+
+fn short_text(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let cut: String = s.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+/// An argument as a POSIX shell would need it written.
+fn shell_word(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
 }
 
 fn summary(out: &mut String, r: &Report, t: &Term) {
@@ -181,7 +396,16 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
         .and_then(|c| r.diagnosis.findings.iter().find(|f| f.code == c));
     match primary {
         Some(f) => {
-            let _ = writeln!(out, "Primary bottleneck: {}", t.bold(&f.title));
+            let head = wrap(&format!("Primary bottleneck: {}", f.title), t.w, "");
+            let _ = write!(
+                out,
+                "{}",
+                if t.color {
+                    head.replacen(&f.title, &t.bold(&f.title), 1)
+                } else {
+                    head
+                }
+            );
             let _ = writeln!(
                 out,
                 "Severity: {}   Category: {}   Code: {}",
@@ -324,14 +548,29 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
         let _ = writeln!(out, "No bottleneck found by the rules that could run.");
     }
     for (i, f) in list.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "\n{}. {} {} [{}]",
-            i + 1,
-            t.sev(f.severity, marker(f.severity)),
-            t.bold(&f.title),
-            t.sev(f.severity, f.severity.label())
+        let _ = writeln!(out);
+        let head = wrap(
+            &format!(
+                "{}. {} {} [{}]",
+                i + 1,
+                marker(f.severity),
+                f.title,
+                f.severity.label()
+            ),
+            t.w,
+            "",
         );
+        let head = if t.color {
+            head.replacen(
+                marker(f.severity),
+                &t.sev(f.severity, marker(f.severity)),
+                1,
+            )
+            .replacen(&f.title, &t.bold(&f.title), 1)
+        } else {
+            head
+        };
+        out.push_str(&head);
         let _ = writeln!(
             out,
             "   {} {} · {} · saves ~{} per step ({:.1}%)",

@@ -1,0 +1,161 @@
+"""tensight's boot hook: on PYTHONPATH only under ``tensight run``.
+
+Python imports ``sitecustomize`` at startup. This one first imports the sitecustomize it
+shadows (if any), then, only when ``TENSIGHT_BUNDLE`` is set and this process owns the
+run (the first Python process of the command; its children — DataLoader workers,
+subprocesses — see ``TENSIGHT_OWNER_PID`` of another pid and do nothing), waits for
+``torch`` to be imported (an import hook: torch is never imported here) and then installs
+the collector (``tensight.collect``). Any failure prints one ``tensight: ...`` line on
+stderr and the program runs as it would without tensight.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _is_here(entry: str) -> bool:
+    try:
+        return os.path.abspath(entry or os.curdir) == _HERE
+    except (TypeError, ValueError):
+        return False
+
+
+def _chain() -> None:
+    """Import the sitecustomize this one shadows, reporting errors as site.py does."""
+    import importlib
+
+    ours = sys.modules.get(__name__)
+    removed = [i for i, p in enumerate(sys.path) if isinstance(p, str) and _is_here(p)]
+    for i in reversed(removed):
+        del sys.path[i]
+    sys.modules.pop(__name__, None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError as exc:
+        if exc.name != "sitecustomize":
+            _site_error(exc)
+    except Exception as exc:  # noqa: BLE001 - as site.execsitecustomize
+        _site_error(exc)
+    finally:
+        for i in removed:
+            sys.path.insert(min(i, len(sys.path)), _HERE)
+        if ours is not None:
+            sys.modules[__name__] = ours
+
+
+def _site_error(err: BaseException) -> None:
+    if sys.flags.verbose:
+        sys.excepthook(type(err), err, err.__traceback__)
+    else:
+        sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+                         f"{type(err).__name__}: {err}\n")
+
+
+def _import_collect() -> object:
+    """``tensight.collect`` from the tensight package that holds this boot dir, even when
+    the program's interpreter has no (or another) tensight installed."""
+    import importlib
+    import importlib.util
+
+    pkg_dir = os.path.dirname(_HERE)
+    mod = sys.modules.get("tensight")
+    if mod is None:
+        spec = importlib.util.find_spec("tensight")
+        found = list(spec.submodule_search_locations or []) if spec else []
+        if not any(os.path.abspath(p) == pkg_dir for p in found):
+            spec = importlib.util.spec_from_file_location(
+                "tensight", os.path.join(pkg_dir, "__init__.py"),
+                submodule_search_locations=[pkg_dir])
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load tensight from {pkg_dir}")
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["tensight"] = mod
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException:
+                sys.modules.pop("tensight", None)
+                raise
+    return importlib.import_module("tensight.collect")
+
+
+def _on_torch() -> None:
+    """torch was just imported: install the collector."""
+    try:
+        collect = _import_collect()
+        collect.install_from_env()  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - the program must run on
+        sys.stderr.write(f"tensight: collector not installed ({type(e).__name__}: {e}); "
+                         "the program runs unprofiled\n")
+
+
+class _Loader:
+    """Wraps torch's loader: runs it, then the collector install."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+
+    def create_module(self, spec: object) -> object:
+        return self._inner.create_module(spec)  # type: ignore[attr-defined]
+
+    def exec_module(self, module: object) -> None:
+        module.__loader__ = self._inner  # type: ignore[attr-defined]
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._inner
+        self._inner.exec_module(module)  # type: ignore[attr-defined]
+        _on_torch()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+class _TorchFinder:
+    """A meta-path finder that only answers for ``torch``, once."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec("torch")
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            spec.loader = _Loader(spec.loader)
+            return spec
+        except Exception as e:  # noqa: BLE001
+            sys.stderr.write(f"tensight: import hook failed ({type(e).__name__}: {e})\n")
+            return None
+
+
+def _boot() -> None:
+    if not os.environ.get("TENSIGHT_BUNDLE"):
+        return
+    pid = str(os.getpid())
+    owner = os.environ.get("TENSIGHT_OWNER_PID")
+    if owner and owner != pid:
+        return  # a child of the profiled process
+    os.environ["TENSIGHT_OWNER_PID"] = pid
+    if "torch" in sys.modules:
+        _on_torch()
+    else:
+        sys.meta_path.insert(0, _TorchFinder())
+
+
+try:
+    _chain()
+except Exception as _e:  # noqa: BLE001
+    sys.stderr.write(f"tensight: {type(_e).__name__}: {_e}\n")
+try:
+    _boot()
+except Exception as _e:  # noqa: BLE001
+    sys.stderr.write(f"tensight: boot failed ({type(_e).__name__}: {_e}); "
+                     "the program runs unprofiled\n")
