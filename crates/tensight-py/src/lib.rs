@@ -23,7 +23,7 @@ fn main(py: Python<'_>, argv: Vec<String>) -> i32 {
 fn analyze_json(py: Python<'_>, path: String) -> PyResult<String> {
     let report = py
         .detach(|| tensight::analyze_path(std::path::Path::new(&path)))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        .map_err(|e| value_error(py, e))?;
     Ok(tensight::report::json::render(&report))
 }
 
@@ -33,7 +33,7 @@ fn analyze_json(py: Python<'_>, path: String) -> PyResult<String> {
 fn report_text(py: Python<'_>, path: String) -> PyResult<String> {
     let report = py
         .detach(|| tensight::analyze_path(std::path::Path::new(&path)))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        .map_err(|e| value_error(py, e))?;
     Ok(tensight::report::terminal::render(
         &report,
         tensight::report::RenderOptions {
@@ -41,6 +41,14 @@ fn report_text(py: Python<'_>, path: String) -> PyResult<String> {
             width: 80,
         },
     ))
+}
+
+/// A `ValueError` whose message is the error's one line; the hint, when there is
+/// one, is the exception's `hint` attribute (None otherwise).
+fn value_error(py: Python<'_>, e: tensight::Error) -> PyErr {
+    let err = PyValueError::new_err(e.message);
+    let _ = err.value(py).setattr("hint", e.hint);
+    err
 }
 
 /// The engine's version.

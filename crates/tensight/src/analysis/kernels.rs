@@ -26,7 +26,11 @@ pub enum KernelClass {
 /// Classify a kernel by name.
 pub fn classify(name: &str) -> KernelClass {
     let n = name.to_ascii_lowercase();
-    if n.starts_with("nccl") || n.contains("ncclkernel") || n.starts_with("rccl") {
+    if n.starts_with("nccl")
+        || n.contains("ncclkernel")
+        || n.starts_with("rccl")
+        || is_collective_name(&n)
+    {
         KernelClass::Communication
     } else if n.contains("flash")
         || n.contains("fmha")
@@ -40,6 +44,8 @@ pub fn classify(name: &str) -> KernelClass {
         || n.contains("implicit_gemm")
         || n.contains("winograd")
         || n.contains("miopen")
+        || n.contains("scudnn")
+        || n.contains("hcudnn")
     {
         KernelClass::Conv
     } else if n.contains("gemm")
@@ -57,6 +63,8 @@ pub fn classify(name: &str) -> KernelClass {
     } else if n.contains("reduce")
         || n.contains("softmax")
         || n.contains("norm")
+        || n.contains("bn_fw")
+        || n.contains("bn_bw")
         || n.starts_with("triton_red")
         || n.starts_with("triton_per")
     {
@@ -99,12 +107,84 @@ pub fn uses_tensor_cores(name: &str) -> bool {
         || n.contains("fp16") && n.contains("gemm")
 }
 
-/// True for an fp32 SIMT GEMM (no tensor cores): `sgemm`, `volta_sgemm`, `ampere_sgemm`,
-/// `gemmSN`/`gemv2T` and cutlass `simt` kernels on float.
+/// True for an fp32 SIMT GEMM or convolution (no tensor cores): `sgemm`, `volta_sgemm`,
+/// `ampere_sgemm`, `gemmSN`/`gemv2T` and cutlass `simt` kernels on float, cuDNN's `scudnn`
+/// kernels and float-templated `dgrad_engine`/`wgrad_alg*_engine`, and xmma kernels on
+/// `f32f32_f32f32` or marked `ffma` (FP32 fused multiply-add: no TF32).
 pub fn is_fp32_simt_gemm(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    (n.contains("sgemm") || n.contains("simt") || n.contains("gemmsn") || n.contains("gemv"))
-        && !uses_tensor_cores(name)
+    let half = n.contains("bfloat16") || n.contains("half") || n.contains("bf16");
+    let simt = n.contains("sgemm")
+        || n.contains("simt")
+        || n.contains("scudnn")
+        || n.contains("ffma")
+        || (n.contains("xmma") && n.contains("f32f32_f32f32"))
+        || ((n.contains("gemmsn") || n.contains("gemv")) && !half)
+        || ((n.contains("dgrad_engine<float") || n.contains("wgrad_alg")) && n.contains("<float"));
+    simt && !uses_tensor_cores(name)
+}
+
+/// True for a GEMM/conv kernel whose name says it computes in TF32 on tensor cores:
+/// `tf32` in the name (xmma, cuDNN, CUTLASS) or CUTLASS's `s1688` tile on float
+/// (`cutlass_80_tensorop_s1688gemm_...`, without a 16-bit input type).
+pub fn is_tf32_gemm(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    (n.contains("tf32") || n.contains("s1688gemm") || n.contains("s1688dgrad"))
+        && !is_low_precision_gemm(name)
+}
+
+/// True for a GEMM/conv/attention kernel whose name says it reads 16- or 8-bit inputs:
+/// `bf16`, `f16`/`fp16`/`half`, HMMA tiles `h884`/`h1688`/`h16816`, `hgemm`, FP8
+/// (`e4m3`, `e5m2`), int8 (`i8816`, `imma`). Kernels that do not name a type (cuBLASLt's
+/// `nvjet`, Triton templates) give false: their precision is unknown from the name.
+pub fn is_low_precision_gemm(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    // xmma names list types as `bf16bf16_bf16f32`; a plain `f16` inside `bf16` counts too.
+    const MARKS: [&str; 14] = [
+        "bf16", "bfloat16", "f16", "fp16", "half", "h884", "h1688", "h16816", "hgemm", "e4m3",
+        "e5m2", "i8816", "imma", "int8",
+    ];
+    MARKS.iter().any(|m| n.contains(m))
+}
+
+/// The vector width, in elements, that a CUTLASS/xmma kernel name states for its operands
+/// (`_align8`, `_aligna4_alignc4`: the smallest stated), or `None` when the name states
+/// none. A width below 16 bytes / element size means the kernel reads with narrower loads
+/// because a leading dimension or pointer is not 16-byte aligned.
+pub fn stated_alignment(name: &str) -> Option<u32> {
+    let n = name.to_ascii_lowercase();
+    let mut best: Option<u32> = None;
+    for (i, _) in n.match_indices("align") {
+        let rest = &n[i + 5..];
+        // `aligna4` / `alignc4`: skip one operand letter.
+        let rest = rest
+            .strip_prefix(|c: char| c.is_ascii_lowercase())
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+            .unwrap_or(rest);
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if let Ok(v) = digits.parse::<u32>() {
+            best = Some(best.map_or(v, |b| b.min(v)));
+        }
+    }
+    best
+}
+
+/// True for a collective-communication kernel named by what it does rather than by its
+/// library (PyTorch symmetric memory, vLLM and TensorRT-LLM custom all-reduce): these use
+/// few blocks by design and wait on other GPUs.
+fn is_collective_name(n: &str) -> bool {
+    const MARKS: [&str; 9] = [
+        "all_reduce",
+        "allreduce",
+        "all_gather",
+        "allgather",
+        "reduce_scatter",
+        "reducescatter",
+        "alltoall",
+        "all_to_all",
+        "multimem",
+    ];
+    MARKS.iter().any(|m| n.contains(m))
 }
 
 #[cfg(test)]
@@ -154,5 +234,67 @@ mod tests {
         assert!(!uses_tensor_cores("volta_sgemm_128x64_nn"));
         assert!(is_fp32_simt_gemm("ampere_sgemm_128x64_nn"));
         assert!(!is_fp32_simt_gemm("ampere_s16816gemm_128x64_nn"));
+    }
+
+    #[test]
+    fn precision_from_names() {
+        // Seen on an H200 with TF32 off: cuBLAS and cuDNN pick FFMA xmma kernels.
+        let ffma = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas";
+        assert!(is_fp32_simt_gemm(ffma));
+        assert!(!uses_tensor_cores(ffma));
+        let tf32 = "sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize32x32x64_stage3_warpsize2x2x1_tensor16x8x8_aligna4_alignc4_execute_kernel__5x_cublas";
+        assert!(!is_fp32_simt_gemm(tf32));
+        assert!(is_tf32_gemm(tf32));
+        assert!(is_tf32_gemm(
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>"
+        ));
+        assert!(is_fp32_simt_gemm(
+            "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1"
+        ));
+        assert!(is_fp32_simt_gemm(
+            "void wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int)"
+        ));
+        assert!(is_fp32_simt_gemm(
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(Params)"
+        ));
+        assert!(!is_fp32_simt_gemm(
+            "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, 128>"
+        ));
+        assert!(is_low_precision_gemm(
+            "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2>"
+        ));
+        assert!(!is_low_precision_gemm(
+            "nvjet_tst_128x64_64x8_1x1_v_bz_coopA_TNT"
+        ));
+        assert_eq!(
+            classify("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1"),
+            KernelClass::Conv
+        );
+        assert_eq!(
+            classify(
+                "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1, true>"
+            ),
+            KernelClass::Reduction
+        );
+        assert_eq!(
+            classify("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"),
+            KernelClass::Communication
+        );
+    }
+
+    #[test]
+    fn alignment_from_names() {
+        assert_eq!(
+            stated_alignment("cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2"),
+            Some(2)
+        );
+        assert_eq!(
+            stated_alignment("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_ffma_aligna4_alignc4_execute"),
+            Some(4)
+        );
+        assert_eq!(
+            stated_alignment("nvjet_tst_128x64_64x8_1x1_v_bz_coopA_TNT"),
+            None
+        );
     }
 }

@@ -1,6 +1,13 @@
-//! O001 small-grids: (not written yet).
+//! O001 small-grids: kernels that take real time but launch fewer blocks than the GPU has
+//! SMs, so part of the GPU sits idle while they run.
 
-use super::{Category, Context, Finding, Rule, RuleMeta, Status};
+use super::{
+    ev, fmt_ms, op_location, replay, Category, Context, Draft, Finding, Location, Rule, RuleMeta,
+    Status,
+};
+use crate::analysis::kernels::{classify, KernelClass};
+use crate::model::{GpuActivity, Profile};
+use std::collections::{BTreeMap, HashMap};
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -12,9 +19,330 @@ static META: RuleMeta = RuleMeta {
     status: Status::Preview,
     since: "0.1.0",
     needs_gpu: true,
-    doc: "TODO",
+    doc: r#"## What it detects
+Kernels that run long enough to matter but whose grid has fewer thread blocks than the
+GPU has streaming multiprocessors (SMs): while one runs, the SMs without a block do
+nothing. Blocks per SM come from each kernel's launch configuration and the device's SM
+count (`deviceProperties`); CUPTI's estimated achieved occupancy is shown alongside.
+Communication kernels (NCCL, custom all-reduce) are skipped: they use few blocks by
+design. So are kernels that overlap work on another stream, which uses the idle SMs.
+
+## Why it costs time
+A grid of 33 blocks on a 132-SM GPU keeps 99 SMs idle: at best a quarter of the chip's
+compute and a fraction of its memory bandwidth serve the kernel. This happens with small
+batches, with GEMMs whose output is tiny but whose inner dimension is long (few output
+tiles, a long K loop), with reductions over a few rows, and with per-sample loops.
+
+## Example
+`aten::addmm` on `[32, 65536] × [65536, 10]` runs `sm80_xmma_gemm_..._f32f32` with a
+grid of 1×1×33 blocks for 84 µs on an H200 (132 SMs): 0.25 blocks per SM.
+
+## Fix
+```python
+# before: one small problem at a time
+for x in samples:            # batch of 1
+    out.append(model(x))
+# after: batch it, so each kernel has enough blocks
+out = model(torch.stack(samples))
+```
+Also: a different algorithm for long-K GEMMs (split-K: `torch.compile` with
+`max-autotune` can choose one), `torch.compile` to fuse small kernels into larger ones,
+and independent small kernels on separate CUDA streams (`torch.cuda.Stream`) so they
+share the GPU.
+
+## Thresholds
+A kernel counts when its grid has fewer blocks than the device has SMs, it runs at least
+10 µs (`MIN_KERNEL_NS`) and less than half of its time overlaps a kernel on another
+stream (`MAX_CONCURRENT_SHARE`). Reported when such kernels take at least 5% of the
+kernel time (`MIN_SHARE_PCT`). Per kernel, the GPU time saved if its work spread over all
+SMs is `dur × (1 − blocks/SMs)`, capped at half its time (`MAX_SAVED_SHARE`: more blocks
+add split/reduction work and share memory bandwidth, so we assume no more than 2×). The
+step-time saving replays the trace with those shorter kernels: only time on the GPU's
+critical path counts.
+
+## References
+- CUDA C++ Best Practices Guide: "Occupancy" and "Execution configuration optimizations".
+- NVIDIA Nsight Compute: "Launch Statistics" (waves per SM) and "Occupancy" sections.
+"#,
 };
 
-fn check(_ctx: &Context) -> Vec<Finding> {
-    Vec::new()
+/// A kernel must run at least this long to count (ns).
+const MIN_KERNEL_NS: i64 = 10_000;
+/// Skip a kernel whose time overlaps kernels on another stream more than this share.
+const MAX_CONCURRENT_SHARE: f64 = 0.5;
+/// Report when counted kernels take at least this share of the kernel time (%).
+const MIN_SHARE_PCT: f64 = 5.0;
+/// At most this share of a kernel's time is saved by spreading its work (2× speed-up).
+const MAX_SAVED_SHARE: f64 = 0.5;
+
+fn check(ctx: &Context) -> Vec<Finding> {
+    let p = ctx.profile;
+    let m = ctx.metrics;
+    let Some(sms) = m.device.as_ref().map(|d| d.num_sms).filter(|&s| s > 0) else {
+        return Vec::new();
+    };
+    let sms_f = f64::from(sms);
+    let n = ctx.steps();
+    let concurrent = Concurrency::new(p, &m.timeline.gpu_in_steps);
+
+    // Time-weighted launch statistics over every kernel, and the small grids.
+    let (mut all_ns, mut coverage_ns, mut occ_ns, mut occ_w) = (0i64, 0.0f64, 0.0f64, 0i64);
+    let mut small_bps_ns = 0.0f64;
+    let mut groups: BTreeMap<(String, u64), Group> = BTreeMap::new();
+    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    for &gi in &m.timeline.gpu_in_steps {
+        let g = &p.gpu[gi as usize];
+        let Some(launch) = g.launch.filter(|_| g.is_kernel()) else {
+            continue;
+        };
+        let blocks = launch.blocks();
+        all_ns += g.dur_ns;
+        coverage_ns += g.dur_ns as f64 * (blocks as f64 / sms_f).min(1.0);
+        if let Some(o) = launch.est_occupancy_pct {
+            occ_ns += g.dur_ns as f64 * f64::from(o);
+            occ_w += g.dur_ns;
+        }
+        if blocks >= u64::from(sms)
+            || g.dur_ns < MIN_KERNEL_NS
+            || classify(&g.name) == KernelClass::Communication
+            || concurrent.share(p, gi) > MAX_CONCURRENT_SHARE
+        {
+            continue;
+        }
+        let idle_share = (1.0 - blocks as f64 / sms_f).min(MAX_SAVED_SHARE);
+        let saved = (g.dur_ns as f64 * idle_share).round() as i64;
+        new_dur.insert(gi, g.dur_ns - saved);
+        small_bps_ns += g.dur_ns as f64 * blocks as f64 / sms_f;
+        let e = groups
+            .entry((g.name.to_string(), blocks))
+            .or_insert_with(|| Group::new(g));
+        e.count += 1;
+        e.dur_ns += g.dur_ns;
+        e.saved_ns += saved;
+    }
+    let small_ns: i64 = groups.values().map(|g| g.dur_ns).sum();
+    if all_ns <= 0 || 100.0 * small_ns as f64 / (all_ns as f64) < MIN_SHARE_PCT {
+        return Vec::new();
+    }
+    let gpu_saved_ns: i64 = groups.values().map(|g| g.saved_ns).sum();
+    let step_saved_ns = replay::saving_ns(p, &new_dur).min(gpu_saved_ns);
+    let saving_ms = step_saved_ns as f64 / 1e6 / n;
+    let mut list: Vec<(&(String, u64), &Group)> = groups.iter().collect();
+    list.sort_by(|a, b| b.1.saved_ns.cmp(&a.1.saved_ns).then_with(|| a.0.cmp(b.0)));
+    let (top_key, top) = list[0];
+    let coverage_pct = 100.0 * coverage_ns / all_ns as f64;
+    let occ = (occ_w > 0).then(|| occ_ns / occ_w as f64);
+    let launches: u64 = groups.values().map(|g| g.count).sum();
+
+    let d = Draft {
+        title: "Kernels launch fewer blocks than the GPU has SMs".into(),
+        message: format!(
+            "{:.0} kernel launches per step ({} per step, {:.0}% of kernel time) use fewer blocks than the {sms} SMs; the largest, `{}`, runs {} blocks ({:.2} per SM) for {} per step",
+            launches as f64 / n,
+            fmt_ms(small_ns as f64 / 1e6 / n),
+            100.0 * small_ns as f64 / all_ns as f64,
+            short(&top_key.0),
+            top_key.1,
+            top_key.1 as f64 / sms_f,
+            fmt_ms(top.dur_ns as f64 / 1e6 / n),
+        ),
+        saving_ms,
+        estimate: format!(
+            "estimate: each such kernel's time × (1 − blocks/SMs), at most {:.0}% of it (assumes its work could spread over all {sms} SMs at no extra cost: more batch, split-K, another algorithm), {} of GPU time per step; the step saving replays the trace with those kernels shortened, so only time on the GPU's critical path counts",
+            MAX_SAVED_SHARE * 100.0,
+            fmt_ms(gpu_saved_ns as f64 / 1e6 / n)
+        ),
+        evidence: vec![
+            ev("SMs", sms.to_string()),
+            ev(
+                "small-grid kernel time per step",
+                format!("{} ({:.1}% of kernel time)", fmt_ms(small_ns as f64 / 1e6 / n), 100.0 * small_ns as f64 / all_ns as f64),
+            ),
+            ev(
+                "time-weighted blocks per SM of these kernels",
+                format!("{:.2}", small_bps_ns / small_ns.max(1) as f64),
+            ),
+            ev(
+                "time-weighted SM coverage (min(blocks/SMs, 1)), all kernels",
+                format!("{coverage_pct:.0}%"),
+            ),
+            ev(
+                "time-weighted est. achieved occupancy (CUPTI), all kernels",
+                occ.map_or_else(|| "not recorded".into(), |o| format!("{o:.0}%")),
+            ),
+            ev("GPU time saved per step (modelled)", fmt_ms(gpu_saved_ns as f64 / 1e6 / n)),
+            ev("step time saved per step (replayed)", fmt_ms(saving_ms)),
+        ],
+        explanation: format!(
+            "While a kernel with fewer blocks than SMs runs, the SMs without a block idle; {:.0}% of the kernel time here runs with SMs left empty. Giving these kernels more independent work (a larger batch, split-K) or running them beside other work lets the idle SMs help. The step gains only where the GPU is the bottleneck: where the host launches slower than the GPU runs, shorter kernels just lengthen the gaps.",
+            100.0 * small_ns as f64 / all_ns as f64
+        ),
+        fixes: vec![
+            "Increase the batch size (or batch per-sample loops into one call) so each kernel has at least one block per SM".into(),
+            "For long-K GEMMs with a tiny output, let `torch.compile(model, mode=\"max-autotune\")` pick a split-K kernel, or reshape the problem".into(),
+            "Fuse small kernels with `torch.compile` so each launch carries more work".into(),
+            "Run independent small kernels on separate `torch.cuda.Stream`s so they share the GPU".into(),
+        ],
+        locations: list
+            .iter()
+            .take(5)
+            .map(|((name, blocks), g)| {
+                let mut loc = g.op.map(|o| op_location(p, o)).unwrap_or_default();
+                loc.kernel = Some(name.clone());
+                loc.tensor = Some(format!(
+                    "grid {}×{}×{} = {blocks} blocks on {sms} SMs, {} per step",
+                    g.grid[0],
+                    g.grid[1],
+                    g.grid[2],
+                    fmt_ms(g.dur_ns as f64 / 1e6 / n)
+                ));
+                loc
+            })
+            .collect::<Vec<Location>>(),
+    };
+    vec![d.finish(&META, ctx)]
+}
+
+/// Launches of one kernel name with one block count.
+struct Group {
+    count: u64,
+    dur_ns: i64,
+    saved_ns: i64,
+    grid: [u32; 3],
+    op: Option<u32>,
+}
+
+impl Group {
+    fn new(g: &GpuActivity) -> Group {
+        Group {
+            count: 0,
+            dur_ns: 0,
+            saved_ns: 0,
+            grid: g.launch.map_or([1, 1, 1], |l| l.grid),
+            op: g.op,
+        }
+    }
+}
+
+/// Kernels of the steps by device, for "does something else run beside it" queries.
+struct Concurrency {
+    /// Per device: kernel intervals (start, end, stream), sorted by start.
+    by_device: HashMap<i64, Vec<(i64, i64, i64)>>,
+    /// Longest kernel per device (ns): bounds the backward scan.
+    longest: HashMap<i64, i64>,
+}
+
+impl Concurrency {
+    fn new(p: &Profile, acts: &[u32]) -> Concurrency {
+        let mut by_device: HashMap<i64, Vec<(i64, i64, i64)>> = HashMap::new();
+        let mut longest: HashMap<i64, i64> = HashMap::new();
+        for &gi in acts {
+            let g = &p.gpu[gi as usize];
+            if g.is_kernel() {
+                by_device
+                    .entry(g.device)
+                    .or_default()
+                    .push((g.ts_ns, g.end_ns(), g.stream));
+                let l = longest.entry(g.device).or_default();
+                *l = (*l).max(g.dur_ns);
+            }
+        }
+        for v in by_device.values_mut() {
+            v.sort_unstable();
+        }
+        Concurrency { by_device, longest }
+    }
+
+    /// Share of kernel `gi`'s time during which a kernel on another stream also ran.
+    fn share(&self, p: &Profile, gi: u32) -> f64 {
+        let g = &p.gpu[gi as usize];
+        let (Some(v), Some(&longest)) =
+            (self.by_device.get(&g.device), self.longest.get(&g.device))
+        else {
+            return 0.0;
+        };
+        if g.dur_ns <= 0 {
+            return 0.0;
+        }
+        let from = v.partition_point(|k| k.0 < g.ts_ns - longest);
+        let to = v.partition_point(|k| k.0 < g.end_ns());
+        let mut spans: Vec<(i64, i64)> = v[from..to]
+            .iter()
+            .filter(|k| k.2 != g.stream && k.1 > g.ts_ns)
+            .map(|k| (k.0.max(g.ts_ns), k.1.min(g.end_ns())))
+            .collect();
+        spans.sort_unstable();
+        let covered = crate::analysis::timeline::overlap(&spans, g.ts_ns, g.end_ns());
+        covered as f64 / g.dur_ns as f64
+    }
+}
+
+/// A kernel name cut to its first 60 characters for a sentence.
+fn short(name: &str) -> String {
+    if name.chars().count() <= 60 {
+        name.to_string()
+    } else {
+        format!("{}…", name.chars().take(60).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{codes, TraceBuilder};
+
+    /// Three steps, each: a 100 µs GEMM with `blocks` blocks (H200: 132 SMs), then a
+    /// 10 µs elementwise kernel, then a sync that waits for both (GPU-bound step).
+    fn trace(blocks: u32) -> TraceBuilder {
+        let mut b = TraceBuilder::new();
+        for s in 0..3 {
+            let t0 = 1_000.0 * s as f64;
+            b.step(s + 1, t0, 1_000.0);
+            let mm = b.op("aten::addmm", t0 + 10.0, 20.0);
+            b.kernel(
+                "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_ffma",
+                mm,
+                t0 + 12.0,
+                t0 + 20.0,
+                100.0,
+                [1, 1, blocks],
+                [64, 1, 1],
+            );
+            let add = b.op("aten::add", t0 + 40.0, 10.0);
+            b.kernel(
+                "vectorized_elementwise_kernel",
+                add,
+                t0 + 42.0,
+                t0 + 121.0,
+                10.0,
+                [4096, 1, 1],
+                [128, 1, 1],
+            );
+            b.runtime("cudaDeviceSynchronize", t0 + 60.0, 75.0, None);
+        }
+        b
+    }
+
+    #[test]
+    fn fires_on_a_long_kernel_with_few_blocks() {
+        let r = trace(33).report();
+        let f = r
+            .diagnosis
+            .findings
+            .iter()
+            .find(|f| f.code == "O001")
+            .expect("O001 fires");
+        // 100 µs × (1 − 33/132) = 75 µs, capped at 50 µs; the sync waits for it, so the
+        // replay keeps all of it.
+        assert!(
+            (f.saving_ms - 0.050).abs() < 0.002,
+            "saving {}",
+            f.saving_ms
+        );
+        assert!(f.message.contains("33 blocks"), "{}", f.message);
+    }
+
+    #[test]
+    fn silent_when_the_grid_covers_the_sms() {
+        assert!(!codes(&trace(264).report()).contains(&"O001"));
+    }
 }
