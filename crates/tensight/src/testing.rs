@@ -81,16 +81,20 @@ impl TraceBuilder {
         let ext = self.ext();
         let mut a = json!({"External id": ext, "Record function id": ext});
         merge(&mut a, args);
-        self.events.push(json!({"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid,
-            "ts": ts, "dur": dur, "args": a}));
+        self.events.push(
+            json!({"ph": "X", "cat": "cpu_op", "name": name, "pid": PID, "tid": tid,
+            "ts": ts, "dur": dur, "args": a}),
+        );
         ext
     }
 
     /// A `user_annotation` (record_function); returns its External id.
     pub fn annotation(&mut self, name: &str, ts: f64, dur: f64) -> i64 {
         let ext = self.ext();
-        self.events.push(json!({"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": TID,
-            "ts": ts, "dur": dur, "args": {"External id": ext}}));
+        self.events.push(
+            json!({"ph": "X", "cat": "user_annotation", "name": name, "pid": PID, "tid": TID,
+            "ts": ts, "dur": dur, "args": {"External id": ext}}),
+        );
         ext
     }
 
@@ -102,8 +106,10 @@ impl TraceBuilder {
 
     /// A Python frame (`python_function`), e.g. `train.py(12): step`.
     pub fn frame(&mut self, name: &str, ts: f64, dur: f64) -> &mut Self {
-        self.events.push(json!({"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": TID,
-            "ts": ts, "dur": dur, "args": {}}));
+        self.events.push(
+            json!({"ph": "X", "cat": "python_function", "name": name, "pid": PID, "tid": TID,
+            "ts": ts, "dur": dur, "args": {}}),
+        );
         self
     }
 
@@ -115,25 +121,54 @@ impl TraceBuilder {
         if let Some(e) = ext {
             args["External id"] = json!(e);
         }
-        self.events.push(json!({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID,
-            "ts": ts, "dur": dur, "args": args}));
+        self.events.push(
+            json!({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": PID, "tid": TID,
+            "ts": ts, "dur": dur, "args": args}),
+        );
         corr
     }
 
     /// A kernel launched by op `ext` with `cudaLaunchKernel` at `launch_ts` (5 µs),
     /// running over [ts, ts+dur) with the given grid and block.
-    pub fn kernel(&mut self, name: &str, ext: i64, launch_ts: f64, ts: f64, dur: f64, grid: [u32; 3], block: [u32; 3]) -> &mut Self {
-        self.kernel_with(name, ext, launch_ts, ts, dur, json!({"grid": grid, "block": block}))
+    #[allow(clippy::too_many_arguments)]
+    pub fn kernel(
+        &mut self,
+        name: &str,
+        ext: i64,
+        launch_ts: f64,
+        ts: f64,
+        dur: f64,
+        grid: [u32; 3],
+        block: [u32; 3],
+    ) -> &mut Self {
+        self.kernel_with(
+            name,
+            ext,
+            launch_ts,
+            ts,
+            dur,
+            json!({"grid": grid, "block": block}),
+        )
     }
 
     /// A kernel with explicit args (occupancy fields and the like).
-    pub fn kernel_with(&mut self, name: &str, ext: i64, launch_ts: f64, ts: f64, dur: f64, args: Value) -> &mut Self {
+    pub fn kernel_with(
+        &mut self,
+        name: &str,
+        ext: i64,
+        launch_ts: f64,
+        ts: f64,
+        dur: f64,
+        args: Value,
+    ) -> &mut Self {
         let corr = self.runtime("cudaLaunchKernel", launch_ts, 5.0, Some(ext));
         let mut a = json!({"External id": ext, "correlation": corr, "device": 0, "stream": STREAM,
             "registers per thread": 32, "shared memory": 0, "grid": [1, 1, 1], "block": [128, 1, 1]});
         merge(&mut a, args);
-        self.events.push(json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": STREAM,
-            "ts": ts, "dur": dur, "args": a}));
+        self.events.push(
+            json!({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": STREAM,
+            "ts": ts, "dur": dur, "args": a}),
+        );
         self
     }
 
@@ -141,7 +176,18 @@ impl TraceBuilder {
     /// labels them (`Pageable`, `Pinned`, `Device`). The API call (`cudaMemcpyAsync`)
     /// runs over [call_ts, call_ts+call_dur), the copy over [ts, ts+dur).
     #[allow(clippy::too_many_arguments)]
-    pub fn memcpy(&mut self, dir: &str, src: &str, dst: &str, ext: i64, call_ts: f64, call_dur: f64, ts: f64, dur: f64, bytes: u64) -> &mut Self {
+    pub fn memcpy(
+        &mut self,
+        dir: &str,
+        src: &str,
+        dst: &str,
+        ext: i64,
+        call_ts: f64,
+        call_dur: f64,
+        ts: f64,
+        dur: f64,
+        bytes: u64,
+    ) -> &mut Self {
         let corr = self.runtime("cudaMemcpyAsync", call_ts, call_dur, Some(ext));
         self.events.push(json!({"ph": "X", "cat": "gpu_memcpy", "name": format!("Memcpy {dir} ({src} -> {dst})"),
             "pid": 0, "tid": STREAM, "ts": ts, "dur": dur,
@@ -150,7 +196,13 @@ impl TraceBuilder {
     }
 
     /// An allocator record (`[memory]` instant event) on the GPU.
-    pub fn memory(&mut self, ts: f64, bytes: i64, total_allocated: i64, total_reserved: i64) -> &mut Self {
+    pub fn memory(
+        &mut self,
+        ts: f64,
+        bytes: i64,
+        total_allocated: i64,
+        total_reserved: i64,
+    ) -> &mut Self {
         self.events.push(json!({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": PID,
             "tid": TID, "ts": ts, "args": {"Total Reserved": total_reserved, "Total Allocated": total_allocated,
             "Bytes": bytes, "Device Id": 0, "Device Type": 1, "Addr": 1}}));

@@ -124,6 +124,10 @@ pub struct Timeline {
     /// Indices (into `Profile::gpu`) of activities inside the steps, in time order.
     #[serde(skip)]
     pub gpu_in_steps: Vec<u32>,
+    /// GPU idle gaps inside the steps, (start, end) in ns: sorted, disjoint. The gaps the
+    /// idle breakdown is computed from; rules overlap host ranges with them.
+    #[serde(skip)]
+    pub idle_gaps: Vec<(i64, i64)>,
 }
 
 /// Compute the timeline of every step.
@@ -182,6 +186,7 @@ pub fn timeline(p: &Profile) -> Timeline {
         if s.end_ns > cursor {
             gaps.push((cursor, s.end_ns));
         }
+        t.idle_gaps.extend_from_slice(&gaps);
         for (g0, g1) in gaps {
             let mut idle = IdleBreakdown {
                 total_ns: g1 - g0,

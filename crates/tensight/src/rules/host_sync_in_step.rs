@@ -138,7 +138,7 @@ fn describe(p: &Profile, s: &SyncPoint) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    let has = |n: &str| names.iter().any(|x| *x == n);
+    let has = |n: &str| names.contains(&n);
     if has("aten::item") || has("aten::_local_scalar_dense") {
         return "`.item()`".into();
     }
@@ -235,16 +235,42 @@ mod tests {
             let t0 = 10_000.0 * s as f64;
             b.step(s + 1, t0, 10_000.0);
             let mm = b.op("aten::mm", t0 + 10.0, 50.0);
-            b.kernel("ampere_sgemm_128x64_nn", mm, t0 + 20.0, t0 + 30.0, 3_000.0, [64, 1, 1], [256, 1, 1]);
+            b.kernel(
+                "ampere_sgemm_128x64_nn",
+                mm,
+                t0 + 20.0,
+                t0 + 30.0,
+                3_000.0,
+                [64, 1, 1],
+                [256, 1, 1],
+            );
             if with_item {
                 let item = b.op("aten::item", t0 + 100.0, 3_000.0);
                 let dense = b.op("aten::_local_scalar_dense", t0 + 110.0, 2_980.0);
                 let _ = item;
-                b.memcpy("DtoH", "Device", "Pinned", dense, t0 + 120.0, 10.0, t0 + 3_040.0, 2.0, 4);
+                b.memcpy(
+                    "DtoH",
+                    "Device",
+                    "Pinned",
+                    dense,
+                    t0 + 120.0,
+                    10.0,
+                    t0 + 3_040.0,
+                    2.0,
+                    4,
+                );
                 b.runtime("cudaStreamSynchronize", t0 + 140.0, 2_920.0, Some(dense));
             }
             let add = b.op("aten::add", t0 + 5_000.0, 20.0);
-            b.kernel("vectorized_elementwise_kernel", add, t0 + 5_005.0, t0 + 5_012.0, 100.0, [1024, 1, 1], [128, 1, 1]);
+            b.kernel(
+                "vectorized_elementwise_kernel",
+                add,
+                t0 + 5_005.0,
+                t0 + 5_012.0,
+                100.0,
+                [1024, 1, 1],
+                [128, 1, 1],
+            );
         }
         b
     }
@@ -252,7 +278,12 @@ mod tests {
     #[test]
     fn fires_on_item() {
         let r = trace(true).report();
-        let f = r.diagnosis.findings.iter().find(|f| f.code == "S001").expect("S001 fires");
+        let f = r
+            .diagnosis
+            .findings
+            .iter()
+            .find(|f| f.code == "S001")
+            .expect("S001 fires");
         assert!(f.title.contains(".item()"), "{}", f.title);
         // GPU goes idle at ~3040 µs (sync end ~3060) until the add at 5012: ~1.95 ms.
         assert!((f.saving_ms - 1.95).abs() < 0.1, "saving {}", f.saving_ms);

@@ -1,6 +1,17 @@
-//! C003 late-gpu-migration: (not written yet).
+//! C003 late-gpu-migration: a tensor is created on the CPU by a factory op
+//! (`torch.randn`, `zeros`, `arange`, ...) and copied to the GPU right after, where it
+//! could have been created directly.
 
-use super::{Category, Context, Finding, Rule, RuleMeta, Status};
+use super::host_work::{
+    blocked_window, concrete_size, dtype_name, first_input_dtype, first_input_shape, fmt_shape,
+    idle_overlap, is_top_level, not_computing, numel, Launched, Steady,
+};
+use super::{
+    ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
+};
+use crate::analysis::flops::Dtype;
+use crate::model::{CopyDir, CpuOp, OpKind, Profile};
+use std::collections::BTreeMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -12,9 +23,581 @@ static META: RuleMeta = RuleMeta {
     status: Status::Preview,
     since: "0.1.0",
     needs_gpu: true,
-    doc: "TODO",
+    doc: r#"## What it detects
+Tensors created on the CPU and moved to the GPU moments later: a factory op
+(`aten::randn`, `rand`, `randint`, `randperm`, `zeros`, `ones`, `full`, `empty`,
+`arange`, `linspace`, `eye`, the `*_like` variants, in-place initialisers such as
+`normal_`/`uniform_`/`fill_`) that launched no GPU work, followed on the same thread by
+a copy op (`aten::to`, `aten::_to_copy`, `aten::copy_`) whose host-to-device memcpy
+moves exactly the factory's output: the byte count equals the factory's shape (from
+`Concrete Inputs` or `Input Dims`) times the element size of the copied tensor.
+The finding names the factory op, its shape and dtype, and the source line.
+
+## Why it costs time
+The CPU fills the tensor element by element (a CPU random-number generator fills
+~100 M values/s, far slower than the GPU), then the copy from pageable memory blocks the
+host in `cudaMemcpyAsync` and a `cudaStreamSynchronize`. On the GPU the same tensor is
+one asynchronous kernel of a few µs, and nothing blocks. While the host creates and
+copies, the GPU has nothing queued and idles.
+
+## Example
+`aten::randn` with `Concrete Inputs` `[32, 3, 32, 32]` runs 700 µs on the main thread
+and launches nothing; 30 µs later `aten::to` → `aten::_to_copy` → `aten::copy_` issues
+`Memcpy HtoD (Pageable -> Device)` of 393,216 bytes (= 98,304 float32 values) and a
+`cudaStreamSynchronize`.
+
+## Fix
+```python
+# before: created on the CPU, then copied (and the host waits for the copy)
+noise = torch.randn(x.shape).cuda()
+idx = torch.arange(n).to(device)
+# after: created on the GPU directly, asynchronously
+noise = torch.randn(x.shape, device=x.device)      # or torch.randn_like(x)
+idx = torch.arange(n, device=device)
+```
+
+## Thresholds
+A factory op matches a copy when the copy op starts at most 1 ms after the factory op
+ends, on the same thread, and its HtoD memcpy moves exactly the factory's output bytes.
+Without recorded shapes (`record_shapes=False`) the copy must follow within 100 µs
+instead, and the finding says the match is by adjacency. Reported when the estimated
+saving is at least 10 µs per step. The saving is the GPU-idle part of the factory op's
+host time plus the copy op's host time (which includes the memcpy call and the sync that
+follows it), minus the host cost of creating the tensor on the GPU instead: the median
+host time of factory ops in this trace that did launch GPU work, or 20 µs when none did.
+Per-step figures leave out a first step slower than twice the others' median (warm-up)
+and, when the trace has no step markers, everything before the first GPU activity
+(setup).
+
+## References
+- PyTorch performance tuning guide: "Create tensors directly on the target device".
+- PyTorch docs, "Tensor creation ops" (`device=` argument); CUDA semantics: "Best practices".
+"#,
 };
 
-fn check(_ctx: &Context) -> Vec<Finding> {
-    Vec::new()
+/// Longest gap between the factory op's end and the copy op's start (ns).
+const MAX_GAP_NS: i64 = 1_000_000;
+/// Longest gap when shapes were not recorded and only adjacency can match them (ns).
+const ADJACENT_NS: i64 = 100_000;
+/// Host cost of a GPU factory op when the trace shows none to measure (ns).
+const GPU_FACTORY_DEFAULT_NS: i64 = 20_000;
+/// Smallest saving reported, ms per step.
+const MIN_SAVING_MS: f64 = 0.01;
+
+/// Ops that create a tensor (on whatever device they are told).
+const FACTORIES: &[&str] = &[
+    "aten::randn",
+    "aten::rand",
+    "aten::randint",
+    "aten::randperm",
+    "aten::zeros",
+    "aten::ones",
+    "aten::full",
+    "aten::empty",
+    "aten::arange",
+    "aten::linspace",
+    "aten::logspace",
+    "aten::eye",
+    "aten::tensor",
+    "aten::scalar_tensor",
+    "aten::normal",
+    "aten::bernoulli",
+    "aten::randn_like",
+    "aten::rand_like",
+    "aten::randint_like",
+    "aten::zeros_like",
+    "aten::ones_like",
+    "aten::full_like",
+    "aten::empty_like",
+    "aten::normal_",
+    "aten::uniform_",
+    "aten::fill_",
+    "aten::zero_",
+    "aten::random_",
+    "aten::bernoulli_",
+    "aten::exponential_",
+];
+
+/// Ops that move a tensor between devices.
+const COPIES: &[&str] = &["aten::to", "aten::_to_copy", "aten::copy_"];
+
+/// One CPU-created tensor copied to the GPU.
+pub(super) struct Migration {
+    /// The factory op (index into `ops`); for an in-place initialiser, the last op.
+    pub factory: u32,
+    /// Earlier factory ops of the same tensor (`torch.empty(n)` before `.uniform_()`).
+    pub chain: Vec<u32>,
+    /// The copy op (top level).
+    pub copy: u32,
+    /// The memcpy (index into `gpu`).
+    pub memcpy: u32,
+    /// Shape, when recorded.
+    pub shape: Option<Vec<i64>>,
+    /// Element type, when known.
+    pub dtype: Option<Dtype>,
+    /// Host time of the factory ops, ns.
+    pub factory_ns: i64,
+    /// Host time of the copy op, ns.
+    pub copy_ns: i64,
+    /// Of which in the memcpy call and the sync after it, ns.
+    pub copy_blocked_ns: i64,
+    /// GPU-idle part of the factory and copy host time, ns.
+    pub idle_ns: i64,
+    /// True when matched by adjacency only (no shapes recorded).
+    pub by_adjacency: bool,
+}
+
+/// Every late migration inside the steps, in time order. Shared with C004, which leaves
+/// these factory ops to this rule.
+pub(super) fn find(ctx: &Context, launched: &Launched) -> Vec<Migration> {
+    let p = ctx.profile;
+    let gaps = &ctx.metrics.timeline.idle_gaps;
+    let mut out = Vec::new();
+    let mut seen_copy = std::collections::HashSet::new();
+    for &gi in &ctx.metrics.timeline.gpu_in_steps {
+        let Some(g) = p.gpu.get(gi as usize) else {
+            continue;
+        };
+        if g.copy_dir() != Some(CopyDir::HtoD) {
+            continue;
+        }
+        let Some(op) = g.op else { continue };
+        let copy = p.top_level_op(op);
+        let Some(c) = p.ops.get(copy as usize) else {
+            continue;
+        };
+        if !COPIES.contains(&&*c.name) || !seen_copy.insert(copy) {
+            continue;
+        }
+        let Some(m) = match_factory(p, launched, copy, gi) else {
+            continue;
+        };
+        let mut m = m;
+        let f_ranges: Vec<(i64, i64)> = std::iter::once(m.factory)
+            .chain(m.chain.iter().copied())
+            .map(|i| (p.ops[i as usize].ts_ns, p.ops[i as usize].end_ns()))
+            .collect();
+        m.idle_ns = f_ranges
+            .iter()
+            .map(|&(a, b)| idle_overlap(gaps, a, b))
+            .sum::<i64>()
+            + not_computing(p, gaps, c.ts_ns, c.end_ns(), &[gi]);
+        out.push(m);
+    }
+    out
+}
+
+/// A factory op that may have made the copied tensor.
+struct Candidate {
+    factory: u32,
+    shape: Option<Vec<i64>>,
+    dtype: Option<Dtype>,
+    by_adjacency: bool,
+}
+
+/// The factory op whose output copy op `copy` moves with memcpy `gi`, if any.
+fn match_factory(p: &Profile, launched: &Launched, copy: u32, gi: u32) -> Option<Migration> {
+    let c = p.ops.get(copy as usize)?;
+    let g = p.gpu.get(gi as usize)?;
+    let copy_dtype = first_input_dtype(c);
+    let copy_shape = first_input_shape(c);
+    // Walk back over the ops of the same thread (sorted by start) to the top-level ops
+    // that ended shortly before the copy began; the nearest one that matches wins.
+    let mut best: Option<Candidate> = None;
+    let mut nearest = true;
+    let mut j = copy as usize;
+    while j > 0 {
+        j -= 1;
+        let o = &p.ops[j];
+        if o.pid != c.pid || o.tid != c.tid {
+            break;
+        }
+        if o.kind != OpKind::Op || o.end_ns() > c.ts_ns || !is_top_level(p, j as u32) {
+            continue;
+        }
+        if o.end_ns() < c.ts_ns - MAX_GAP_NS {
+            break;
+        }
+        let adjacent = std::mem::take(&mut nearest);
+        if !FACTORIES.contains(&&*o.name) || !launched.host_only(j as u32) {
+            continue;
+        }
+        let shape = factory_shape(o).or_else(|| copy_shape.clone());
+        let dtype = if o.name.ends_with('_') {
+            first_input_dtype(o).or(copy_dtype)
+        } else {
+            copy_dtype.or_else(|| default_dtype(&o.name))
+        };
+        match (&shape, dtype, g.bytes) {
+            (Some(s), Some(d), Some(b)) => {
+                if numel(s).saturating_mul(d.itemsize() as u64) == b {
+                    best = Some(Candidate {
+                        factory: j as u32,
+                        shape: shape.clone(),
+                        dtype: Some(d),
+                        by_adjacency: false,
+                    });
+                    break;
+                }
+            }
+            _ => {
+                if adjacent && c.ts_ns - o.end_ns() <= ADJACENT_NS {
+                    best = Some(Candidate {
+                        factory: j as u32,
+                        shape: shape.clone(),
+                        dtype,
+                        by_adjacency: true,
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    let Candidate {
+        factory,
+        shape,
+        dtype,
+        by_adjacency,
+    } = best?;
+    let chain = init_chain(p, launched, factory);
+    let f = &p.ops[factory as usize];
+    let factory_ns = f.dur_ns + chain.iter().map(|&i| p.ops[i as usize].dur_ns).sum::<i64>();
+    Some(Migration {
+        factory,
+        chain,
+        copy,
+        memcpy: gi,
+        shape,
+        dtype,
+        factory_ns,
+        copy_ns: c.dur_ns,
+        copy_blocked_ns: g
+            .runtime
+            .and_then(|r| blocked_window(p, r))
+            .map_or(0, |(a, b)| b - a),
+        idle_ns: 0,
+        by_adjacency,
+    })
+}
+
+/// For an in-place initialiser (`uniform_`), the factory ops just before it that made the
+/// tensor (`empty`), same thread, same size.
+fn init_chain(p: &Profile, launched: &Launched, factory: u32) -> Vec<u32> {
+    let f = &p.ops[factory as usize];
+    if !f.name.ends_with('_') {
+        return Vec::new();
+    }
+    let want = first_input_shape(f).map(|s| numel(&s));
+    let mut out = Vec::new();
+    let mut j = factory as usize;
+    let mut start = f.ts_ns;
+    while j > 0 && out.len() < 3 {
+        j -= 1;
+        let o = &p.ops[j];
+        if o.pid != f.pid || o.tid != f.tid {
+            break;
+        }
+        if !is_top_level(p, j as u32) || o.kind != OpKind::Op {
+            continue;
+        }
+        if o.end_ns() < start - MAX_GAP_NS
+            || !FACTORIES.contains(&&*o.name)
+            || !launched.host_only(j as u32)
+        {
+            break;
+        }
+        let n = factory_shape(o).map(|s| numel(&s));
+        if want.is_some() && n.is_some() && n != want {
+            break;
+        }
+        out.push(j as u32);
+        start = o.ts_ns;
+    }
+    out
+}
+
+/// Shape of a factory's output from its arguments: the input tensor for in-place and
+/// `*_like` ops, the size list in `Concrete Inputs` otherwise.
+fn factory_shape(o: &CpuOp) -> Option<Vec<i64>> {
+    if o.name.ends_with('_') || o.name.ends_with("_like") {
+        return first_input_shape(o);
+    }
+    concrete_size(o)
+}
+
+/// PyTorch's default dtype of a factory op when none is given.
+fn default_dtype(name: &str) -> Option<Dtype> {
+    match name {
+        "aten::randint" | "aten::randperm" => Some(Dtype::I64),
+        "aten::arange" | "aten::tensor" | "aten::scalar_tensor" => None,
+        _ => Some(Dtype::F32),
+    }
+}
+
+/// Host cost of creating a tensor on the GPU: the median host time of top-level factory
+/// ops in this trace that launched GPU work, or the default.
+pub(super) fn gpu_factory_cost_ns(p: &Profile, launched: &Launched) -> (i64, usize) {
+    let mut v: Vec<i64> = p
+        .ops
+        .iter()
+        .enumerate()
+        .filter(|(i, o)| {
+            o.kind == OpKind::Op
+                && FACTORIES.contains(&&*o.name)
+                && !o.name.ends_with('_')
+                && !launched.host_only(*i as u32)
+                && is_top_level(p, *i as u32)
+        })
+        .map(|(_, o)| o.dur_ns)
+        .collect();
+    if v.is_empty() {
+        return (GPU_FACTORY_DEFAULT_NS, 0);
+    }
+    let n = v.len();
+    (crate::analysis::median(&mut v), n)
+}
+
+fn check(ctx: &Context) -> Vec<Finding> {
+    let p = ctx.profile;
+    let launched = Launched::of(p);
+    let steady = Steady::of(p);
+    let migrations: Vec<Migration> = find(ctx, &launched)
+        .into_iter()
+        .filter(|m| steady.includes(p, p.gpu[m.memcpy as usize].ts_ns))
+        .collect();
+    if migrations.is_empty() {
+        return Vec::new();
+    }
+    let (gpu_cost, gpu_seen) = gpu_factory_cost_ns(p, &launched);
+    // Group by (factory, shape, source line).
+    let mut groups: BTreeMap<(String, String, String), Vec<&Migration>> = BTreeMap::new();
+    for m in &migrations {
+        let f = &p.ops[m.factory as usize];
+        let shape = m.shape.as_deref().map(fmt_shape).unwrap_or_default();
+        let source = p
+            .user_frame(m.factory)
+            .map(|fr| fr.name.to_string())
+            .unwrap_or_default();
+        groups
+            .entry((f.name.to_string(), shape, source))
+            .or_default()
+            .push(m);
+    }
+    let n = steady.n;
+    let mut out = Vec::new();
+    for ((name, shape, source), list) in groups {
+        let saving_ns: i64 = list.iter().map(|m| (m.idle_ns - gpu_cost).max(0)).sum();
+        let saving_ms = saving_ns as f64 / 1e6 / n;
+        if saving_ms < MIN_SAVING_MS {
+            continue;
+        }
+        let ms =
+            |f: &dyn Fn(&Migration) -> i64| list.iter().map(|m| f(m)).sum::<i64>() as f64 / 1e6 / n;
+        let factory_ms = ms(&|m| m.factory_ns);
+        let copy_ms = ms(&|m| m.copy_ns);
+        let blocked_ms = ms(&|m| m.copy_blocked_ns);
+        let idle_ms = ms(&|m| m.idle_ns);
+        let first = list[0];
+        let g = &p.gpu[first.memcpy as usize];
+        // Without a recorded byte count, the factory's size.
+        let bytes = g.bytes.unwrap_or_else(|| {
+            first.shape.as_deref().map_or(0, numel) * first.dtype.map_or(0, |d| d.itemsize() as u64)
+        });
+        let dtype = first.dtype.map(dtype_name).unwrap_or("unknown dtype");
+        let copy_name = p.ops[first.copy as usize].name.to_string();
+        let per_step = list.len() as f64 / n;
+        let call = torch_call(&name, &shape);
+        let at = if source.is_empty() {
+            String::new()
+        } else {
+            format!(" at {source}")
+        };
+        let shape_txt = if shape.is_empty() {
+            String::new()
+        } else {
+            format!(" {shape}")
+        };
+        let mut loc = op_location(p, first.factory);
+        loc.tensor = Some(
+            format!("{shape_txt} {dtype}, {}", fmt_bytes(bytes as f64))
+                .trim()
+                .to_string(),
+        );
+        let mut copy_loc = op_location(p, first.copy);
+        copy_loc.kernel = Some(g.name.to_string());
+        if copy_loc.source.is_none() {
+            copy_loc.source = loc.source.clone();
+        }
+        let d = Draft {
+            title: format!("`{name}`{shape_txt} is created on the CPU, then copied to the GPU"),
+            message: format!(
+                "`{name}`{shape_txt} ({dtype}, {}){at} runs on the CPU for {} per step, then `{copy_name}` copies it to the GPU ({}) in {} per step; the GPU idles {} of that time",
+                fmt_bytes(bytes as f64),
+                fmt_ms(factory_ms),
+                g.name,
+                fmt_ms(copy_ms),
+                fmt_ms(idle_ms),
+            ),
+            saving_ms,
+            estimate: format!(
+                "GPU-idle part of the factory op's host time plus the copy op's host time ({}/step), minus {} per instance for creating it on the GPU ({}), averaged over steps{}. It includes what D001 reports for this copy: do not add the two",
+                fmt_ms(idle_ms),
+                fmt_ms(gpu_cost as f64 / 1e6),
+                if gpu_seen > 0 {
+                    format!("median host time of {gpu_seen} GPU factory ops in this trace")
+                } else {
+                    "default: no GPU factory op in this trace to measure".into()
+                },
+                steady.note
+            ),
+            evidence: vec![
+                ev("factory op", format!("{name}{shape_txt} ({dtype}) — launched no GPU work")),
+                ev("instances per step", format!("{per_step:.1}")),
+                ev("factory host time per step", fmt_ms(factory_ms)),
+                ev("copy", format!("{copy_name} → {} of {} bytes", g.name, bytes)),
+                ev("copy host time per step", fmt_ms(copy_ms)),
+                ev("of which memcpy call + sync per step", fmt_ms(blocked_ms)),
+                ev("GPU idle during factory + copy per step", fmt_ms(idle_ms)),
+                ev(
+                    "matched by",
+                    if first.by_adjacency {
+                        "adjacency (shapes not recorded)".to_string()
+                    } else {
+                        format!("bytes: {} elements × {} B = {} B", first.shape.as_deref().map_or(0, numel), first.dtype.map_or(0, |d| d.itemsize()), bytes)
+                    },
+                ),
+            ],
+            explanation: format!(
+                "The CPU fills this tensor ({} per step), then the copy from {} memory blocks the host ({} per step in the memcpy call and the sync after it). Created with `device='cuda'` it is one asynchronous GPU kernel of a few µs, and the host goes straight on to launch the step's work.",
+                fmt_ms(factory_ms),
+                if g.is_pageable_copy() { "pageable" } else { "host" },
+                fmt_ms(blocked_ms),
+            ),
+            fixes: vec![
+                format!("Create it on the GPU: `{call}`"),
+                "If it is a constant, create it once on the GPU before the loop and reuse it".into(),
+            ],
+            locations: vec![loc, copy_loc],
+        };
+        out.push(d.finish(&META, ctx));
+    }
+    out
+}
+
+/// The fixed call, in PyTorch terms.
+fn torch_call(op: &str, shape: &str) -> String {
+    let base = op.strip_prefix("aten::").unwrap_or(op);
+    let dims = shape.trim_start_matches('[').trim_end_matches(']');
+    let args = if dims.is_empty() {
+        "...".to_string()
+    } else {
+        dims.to_string()
+    };
+    match base {
+        "normal_" | "uniform_" | "fill_" | "zero_" | "random_" | "bernoulli_" | "exponential_" => {
+            format!("torch.empty({args}, device='cuda').{base}(...)")
+        }
+        "tensor" | "scalar_tensor" => "torch.tensor(data, device='cuda')".into(),
+        b if b.ends_with("_like") => format!("torch.{b}(x_on_gpu)"),
+        "randint" => format!("torch.randint(low, high, ({args}), device='cuda')"),
+        "full" => format!("torch.full(({args}), value, device='cuda')"),
+        "arange" | "linspace" | "logspace" | "randperm" | "eye" => {
+            format!("torch.{base}(..., device='cuda')")
+        }
+        b => format!("torch.{b}({args}, device='cuda')"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{codes, TraceBuilder};
+    use serde_json::json;
+
+    /// Steps of 3 ms: `torch.randn(32, 3, 32, 32)` on the CPU (800 µs), then `.cuda()`
+    /// (200 µs, pageable memcpy + sync), then a model kernel. With `on_gpu` the randn
+    /// launches a kernel instead and there is no copy.
+    fn trace(on_gpu: bool) -> TraceBuilder {
+        let mut b = TraceBuilder::new();
+        for s in 0..3 {
+            let t0 = 3_000.0 * s as f64;
+            b.step(s + 1, t0, 3_000.0);
+            b.frame("train.py(12): step", t0 + 1.0, 2_990.0);
+            let shape = json!({"Concrete Inputs": ["[32, 3, 32, 32]", "", "", "", "False"],
+                "Input type": ["ScalarList", "", "", "", "Scalar"], "Input Dims": [[], [], [], [], []]});
+            let randn = b.op_with("aten::randn", t0 + 10.0, 800.0, shape);
+            if on_gpu {
+                b.kernel(
+                    "void at::native::normal_kernel",
+                    randn,
+                    t0 + 20.0,
+                    t0 + 30.0,
+                    3.0,
+                    [96, 1, 1],
+                    [256, 1, 1],
+                );
+            } else {
+                let to = b.op_with(
+                    "aten::to",
+                    t0 + 830.0,
+                    200.0,
+                    json!({
+                    "Input Dims": [[32, 3, 32, 32], [], [], [], [], [], [], []],
+                    "Input type": ["float", "Scalar", "Scalar", "", "", "Scalar", "Scalar", ""]}),
+                );
+                b.memcpy(
+                    "HtoD",
+                    "Pageable",
+                    "Device",
+                    to,
+                    t0 + 900.0,
+                    50.0,
+                    t0 + 945.0,
+                    10.0,
+                    393_216,
+                );
+                b.runtime("cudaStreamSynchronize", t0 + 952.0, 13.0, Some(to));
+            }
+            let mm = b.op("aten::mm", t0 + 1_100.0, 50.0);
+            b.kernel(
+                "ampere_sgemm_128x64_nn",
+                mm,
+                t0 + 1_110.0,
+                t0 + 1_120.0,
+                1_500.0,
+                [64, 1, 1],
+                [256, 1, 1],
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn fires_on_cpu_randn_then_copy() {
+        let r = trace(false).report();
+        let f = r
+            .diagnosis
+            .findings
+            .iter()
+            .find(|f| f.code == "C003")
+            .expect("C003 fires");
+        assert!(
+            f.title.contains("aten::randn") && f.title.contains("[32, 3, 32, 32]"),
+            "{}",
+            f.title
+        );
+        assert!(
+            f.fixes[0].contains("torch.randn(32, 3, 32, 32, device='cuda')"),
+            "{:?}",
+            f.fixes
+        );
+        assert_eq!(f.locations[0].source.as_deref(), Some("train.py(12): step"));
+        // GPU idle through randn (800 µs) and .cuda() (200 µs, minus the 10 µs copy),
+        // minus 20 µs for a GPU randn (none in this trace to measure): 0.97 ms.
+        assert!((f.saving_ms - 0.97).abs() < 0.02, "saving {}", f.saving_ms);
+    }
+
+    #[test]
+    fn silent_when_created_on_gpu() {
+        assert!(!codes(&trace(true).report()).contains(&"C003"));
+    }
 }

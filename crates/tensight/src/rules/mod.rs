@@ -17,6 +17,7 @@ mod device_ping_pong;
 mod elementwise_chains;
 mod fp32_gemm_without_tensor_cores;
 mod host_sync_in_step;
+mod host_work;
 mod kernel_diversity;
 mod late_gpu_migration;
 mod launch_bound;
@@ -24,6 +25,7 @@ mod memory_near_capacity;
 mod misaligned_gemm_shapes;
 mod no_autocast;
 mod pageable_memcpy;
+mod replay;
 mod roofline_position;
 mod small_grids;
 
