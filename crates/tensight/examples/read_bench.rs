@@ -1,6 +1,6 @@
 //! Reader benchmark: `tensight::read::load` on one trace, then event counts and the
 //! throughput on stderr. Used by `bench/run.sh`; `--phases` also times each stage
-//! (map, scan, scan+parse+merge, finish) separately, for profiling the reader.
+//! (map, parse+merge, finish) separately, for profiling the reader.
 //!
 //! Usage: `read_bench [--phases] TRACE`
 
@@ -49,55 +49,59 @@ fn main() {
 }
 
 fn run_phases(path: &Path) {
-    use tensight::read::{kineto, scan, source};
+    use tensight::read::{kineto, source};
     let t = Instant::now();
     let (bytes, _) = source::open(path).expect("open");
     let t_open = t.elapsed().as_secs_f64();
 
-    // Scan only: cut the traceEvents array into ranges (what kineto::read does first).
-    let t = Instant::now();
-    let mut ranges = Vec::new();
-    let start = scan::skip_ws(&bytes, 0);
-    let _ = scan::walk_object(&bytes, start, |m| {
-        if m.key == b"traceEvents" {
-            return Some(scan::array_elements(&bytes, m.start, &mut ranges));
-        }
-        None
-    });
-    let t_scan = t.elapsed().as_secs_f64();
-    let n = ranges.len();
-    drop(ranges);
-
     let t = Instant::now();
     let mut profile = tensight::model::Profile::default();
     let mut warnings = Vec::new();
-    if kineto::read(&bytes, &mut profile, &mut warnings).is_err() {
+    let release = |s, e| bytes.release(s, e);
+    if kineto::read_releasing(&bytes, &release, &mut profile, &mut warnings).is_err() {
         eprintln!("error: not a trace");
         std::process::exit(2);
     }
     let t_read = t.elapsed().as_secs_f64();
+    let mem_read = memory();
     let len = bytes.len();
     drop(bytes);
 
     let t = Instant::now();
     tensight::model::finish(&mut profile);
     let t_finish = t.elapsed().as_secs_f64();
+    let mem_finish = memory();
 
     let gb = len as f64 / 1e9;
     let total = t_open + t_read + t_finish;
-    eprintln!("{n} events, {gb:.3} GB");
+    eprintln!("{gb:.3} GB");
     eprintln!("  map/gunzip          {t_open:8.3} s");
     eprintln!(
-        "  scan (alone)        {t_scan:8.3} s  {:.2} GB/s",
-        gb / t_scan
-    );
-    eprintln!(
-        "  scan+parse+merge    {t_read:8.3} s  {:.2} GB/s",
+        "  parse+merge         {t_read:8.3} s  {:.2} GB/s   after: {mem_read}",
         gb / t_read
     );
-    eprintln!("  finish (model)      {t_finish:8.3} s");
+    eprintln!("  finish (model)      {t_finish:8.3} s          after: {mem_finish}");
     eprintln!(
         "  total               {total:8.3} s  {:.2} GB/s",
         gb / total
     );
+}
+
+/// "rss N MB, peak M MB" from /proc/self/status (Linux), else empty.
+fn memory() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|v| v / 1024)
+    };
+    match (kb("VmRSS:"), kb("VmHWM:"), kb("RssAnon:"), kb("RssFile:")) {
+        (Some(r), Some(h), Some(a), Some(f)) => {
+            format!("rss {r} MB (anon {a}, file {f}), peak {h} MB")
+        }
+        _ => String::new(),
+    }
 }

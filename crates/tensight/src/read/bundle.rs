@@ -170,6 +170,7 @@ pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
         warmup_steps: u(&v, "warmup_steps"),
         steps_requested: u(&v, "steps_requested"),
         steps_recorded: u(&v, "steps_recorded"),
+        execution_trace_step: u(&v, "execution_trace_step"),
         options: v
             .get("options")
             .filter(|o| o.is_object())
@@ -285,6 +286,15 @@ pub fn load(dir: &Path) -> Result<Loaded> {
             loaded.warnings.push(format!(
                 "the bundle's execution trace {name} is missing: tensor details are unavailable"
             ));
+        }
+    }
+    if let Some(k) = info.execution_trace_step {
+        // That step ran under the execution-trace observer: keep it for tensor
+        // details, leave it out of timing.
+        let name = format!("ProfilerStep#{k}");
+        let steps = &mut loaded.profile.steps;
+        if steps.len() > 1 {
+            steps.retain(|s| s.name != name);
         }
     }
     loaded.profile.bundle = Some(info);

@@ -1,12 +1,13 @@
 //! A cheap JSON tokenizer: finds value boundaries without building anything.
 //!
 //! It knows strings (with escapes) and bracket depth, nothing else: enough to walk the
-//! top-level object of a trace, skip values it does not need, and cut the
-//! `traceEvents` array into one byte range per event, which the event parser then
-//! parses independently (in parallel). Running off the end of the buffer is reported
-//! as [`Truncated`] with the offset of the value that could not be completed, so a
-//! trace cut short by a killed profiler still yields every whole event before the cut.
-//! It does not validate JSON: the event parser does that, per event.
+//! top-level object of a trace, skip values it does not need, find where an event that
+//! the event parser refused ends, and cut an array into one byte range per element;
+//! [`find_string_special`] is the event parser's SIMD string scan. Running off the end
+//! of the buffer is reported as [`Truncated`] with the offset of the value that could
+//! not be completed, so a trace cut short by a killed profiler still yields every
+//! whole event before the cut. It does not validate JSON: the event parser does that,
+//! per event.
 
 use memchr::{memchr2, memchr3};
 
@@ -21,6 +22,54 @@ pub fn skip_ws(buf: &[u8], mut pos: usize) -> usize {
         pos += 1;
     }
     pos
+}
+
+/// Index of the first byte at or after `pos` that ends a run of plain string content:
+/// a quote, a backslash or a control character (below 0x20, which JSON forbids raw in
+/// strings); `buf.len()` if none. Sixteen bytes at a time with SSE2 on x86-64.
+#[inline]
+pub fn find_string_special(buf: &[u8], pos: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        let mut i = pos;
+        // SAFETY: SSE2 is part of the x86-64 baseline; every load reads 16 bytes that
+        // lie inside `buf` (i + 16 <= len), unaligned loads are allowed.
+        unsafe {
+            let quote = _mm_set1_epi8(b'"' as i8);
+            let backslash = _mm_set1_epi8(b'\\' as i8);
+            let ctl = _mm_set1_epi8(0x1f);
+            while i + 16 <= buf.len() {
+                let v = _mm_loadu_si128(buf.as_ptr().add(i) as *const __m128i);
+                let q = _mm_cmpeq_epi8(v, quote);
+                let b = _mm_cmpeq_epi8(v, backslash);
+                // v <= 0x1f (unsigned) exactly when min(v, 0x1f) == v.
+                let c = _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v);
+                let m = _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q, b), c));
+                if m != 0 {
+                    return i + m.trailing_zeros() as usize;
+                }
+                i += 16;
+            }
+        }
+        find_string_special_scalar(buf, i)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        find_string_special_scalar(buf, pos)
+    }
+}
+
+#[inline]
+fn find_string_special_scalar(buf: &[u8], mut i: usize) -> usize {
+    while i < buf.len() {
+        let c = buf[i];
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return i;
+        }
+        i += 1;
+    }
+    buf.len()
 }
 
 /// `pos` is at an opening quote; returns the index just past the closing quote.
@@ -202,6 +251,30 @@ mod tests {
         let r = array_elements(b, 0, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(r, Err(Truncated(19)));
+    }
+
+    #[test]
+    fn string_specials_match_the_byte_loop() {
+        // Every offset of inputs longer than one SIMD step, with the special byte at
+        // every position, including none and the very end.
+        for special in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+            for len in [0usize, 1, 15, 16, 17, 31, 32, 33, 70] {
+                for at in 0..=len {
+                    let mut b = vec![b'a'; len];
+                    b.extend_from_slice(&[0x20, 0x7f, 0x80, 0xff]);
+                    if at < len {
+                        b[at] = special;
+                    }
+                    for pos in 0..=b.len() {
+                        assert_eq!(
+                            find_string_special(&b, pos),
+                            find_string_special_scalar(&b, pos),
+                            "special {special} at {at}, len {len}, from {pos}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,6 +24,32 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+impl Bytes {
+    /// Drop the pages wholly inside `start..end` from this process's memory: they
+    /// were parsed and are not needed any more. For a memory map this keeps the
+    /// resident size near what is being parsed instead of the whole file; the bytes
+    /// stay readable (a later read faults them in again from the page cache). Owned
+    /// buffers are left alone.
+    pub fn release(&self, start: usize, end: usize) {
+        #[cfg(unix)]
+        if let Bytes::Mapped(m) = self {
+            const PAGE: usize = 4096;
+            let s = start.div_ceil(PAGE) * PAGE;
+            let e = end.min(m.len()) / PAGE * PAGE;
+            if s < e {
+                // SAFETY: the map is a read-only shared file mapping: MADV_DONTNEED only
+                // drops our page-table entries, and the next access reads the same file
+                // contents back, so no reference into the map is invalidated.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, s, e - s)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (start, end);
+    }
+}
+
 /// What happened while getting the bytes.
 #[derive(Debug, Default)]
 pub struct SourceInfo {
