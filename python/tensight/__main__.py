@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tensight import _native
 
-BOOT_DIR = Path(__file__).resolve().parent / "_boot"
+BOOT_DIR = Path(os.path.abspath(__file__)).parent / "_boot"  # as imported: no resolve()
 
 
 def main() -> None:

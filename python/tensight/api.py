@@ -55,7 +55,7 @@ def results_from_report(report: dict[str, Any], bundle: str | os.PathLike[str]) 
 
 def report_text(bundle: str | os.PathLike[str]) -> str:
     """The terminal report of a bundle, as text (no colors)."""
-    text_fn = getattr(_native, "analyze_text", None)
+    text_fn = getattr(_native, "report_text", None)
     if text_fn is not None:
         return str(text_fn(str(bundle)))
     env = {**os.environ, "NO_COLOR": "1"}

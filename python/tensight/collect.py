@@ -8,25 +8,33 @@ use the same :class:`Collector` in-process.
 Steps (a step ends at a *boundary*):
 
 - ``optimizer``: the post hook of ``Optimizer.step`` (a global hook, so every optimizer).
-  With several optimizers, the iteration is learned: the boundary is the step of the
-  optimizer that ran last before the first one repeated (D, G, D → G ends an iteration).
-- ``forward``: when no optimizer has stepped, top-level forward calls (depth 0) of modules
-  that own parameters (a loss module or a transform is not a step), in the thread of the
-  first such call, with the same learning. An optimizer step later switches to
-  ``optimizer`` (a window started on forward steps is dropped; one already written stays).
-- ``whole_program``: no boundary at all: the profile runs from ``torch`` import to exit.
+  With several optimizers the iteration is learned: the boundary is the step of the
+  optimizer that ran last before the first one repeated (D, G, D -> G ends an iteration).
+  (The hook runs inside the ``Optimizer.step#...`` range, which so ends a few us after
+  its ``ProfilerStep#k``.) A step skipped by ``GradScaler`` (inf/nan) is no boundary.
+- ``forward``: while no optimizer has stepped, top-level calls (depth 0) of modules that
+  own parameters (a loss module or a transform is no step), in the thread of the first
+  module call, with the same learning; calls inside ``torch.compile`` are not seen. An
+  optimizer step later switches to ``optimizer`` (a forward window in progress is dropped;
+  one already written stays).
+- ``whole_program``: no boundary at all: the profile runs to exit (see below).
 
-The first event of a kind is a provisional boundary (the iteration is not learned yet);
-steps are counted from there. Window: the profiler starts at the first boundary at which
-at least W steps (``TENSIGHT_WARMUP``) have completed; the next step is the profiler's
-warm-up (profiled, discarded); the N (``TENSIGHT_STEPS``) steps after it are recorded as
-``ProfilerStep#k``. With one optimizer and W >= 1: steps 1..W unprofiled, step W+1
-profiler warm-up, steps W+2..W+N+1 recorded; the program needs W+N+1 iterations.
+The first event of a kind is a provisional boundary (the iteration is not learned yet),
+so steps are counted from the first iteration's end. Window: the profiler starts at the
+first boundary at which W (``TENSIGHT_WARMUP``) steps have completed; the next step is
+its warm-up (profiled, discarded); the N (``TENSIGHT_STEPS``) steps after it are recorded
+as ``ProfilerStep#1..N``. So steps 1..W run unprofiled, step W+1 is the profiler's
+warm-up and steps W+2..W+N+1 are recorded (W=0 acts as W=1): W+N+1 iterations in all.
+``TENSIGHT_ET=step`` (the default; ``window`` is the alternative) records the execution trace in one more step,
+``ProfilerStep#N+1``, instead of over the N timed ones: the observer costs ~40 us per op
+(3-5x the step time of ResNet-50 on an H200), so timed steps without it are faithful.
 
-Until the first boundary a *speculative* profile runs from ``torch`` import (light: CPU
-only, no stacks; upgraded to CUDA + stacks when CUDA initializes, in the same thread). It
-is kept (in memory) only in case no window gets recorded — a program with no steps, or
-one that ends or crashes before its window — and is then written as ``whole_program``.
+Until the first boundary a *speculative* profile runs, kept (in memory) only in case no
+window gets recorded — a program with no steps, or one that ends or crashes before its
+window — and then written as ``whole_program``. It starts at the program's own first
+CUDA use (``torch.cuda``'s lazy init; starting Kineto earlier would query the device
+count and freeze ``CUDA_VISIBLE_DEVICES`` before the program sets it), or, where no GPU
+can be there, at ``torch`` import with the CPU only and no stacks.
 """
 
 from __future__ import annotations
@@ -168,7 +176,8 @@ class Collector:
 
     def __init__(self, bundle: str | os.PathLike[str], steps: int, warmup: int, *,
                  stop: bool = False, auto: bool = True, speculate: bool = True,
-                 light_start: bool = False, detection: str | None = None) -> None:
+                 light_start: bool = False, detection: str | None = None,
+                 et_extra: bool = False) -> None:
         self.bundle = Path(bundle).resolve()
         self.steps = max(1, int(steps))
         self.warmup = max(0, int(warmup))
@@ -176,6 +185,8 @@ class Collector:
         self.auto = auto
         self.speculate = speculate
         self.light_start = light_start
+        self.et_extra = et_extra
+        self.et_step_started = False
         self.pid = os.getpid()
         self.enabled = True
         self.mode: str | None = None if auto else (detection or "forward")
@@ -211,6 +222,9 @@ class Collector:
         self._exit_code: int | None = None
         self._excepthook: Any = None
         self._window_log_level: int | None = None
+        self._et: Any = None
+        self._told_busy = False
+        self._spec_started = False
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -221,9 +235,8 @@ class Collector:
             say("another tensight collector was active in this process: its recording is dropped")
             _active.abandon()
         _active = self
+        _watch_program_profilers()
         self.bundle.mkdir(parents=True, exist_ok=True)
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._in_child)
         if self.auto:
             from torch.nn.modules import module as nn_module
             from torch.optim import optimizer as optim_module
@@ -254,9 +267,6 @@ class Collector:
             if not self.auto and self.warmup == 0:
                 self._start_window()
         self.write_manifest("running", None, None)
-
-    def _in_child(self) -> None:
-        self.enabled = False  # a forked child (DataLoader worker) records nothing
 
     def remove_hooks(self) -> None:
         for h in self._handles + self._fwd_handles:
@@ -342,10 +352,29 @@ class Collector:
             self._fail(e)
         return None
 
+    def yield_to_program(self) -> None:
+        """The program starts a torch.profiler of its own: stop ours first (two Kineto
+        sessions cancel each other). The speculative profile is kept; a window in progress
+        is dropped and starts again at a boundary after the program's profiler ends."""
+        with self._lock:
+            if not self.enabled or not (self.spec_running or self.prof is not None):
+                return
+            if not self._told_busy:
+                say("the program starts torch.profiler itself: tensight pauses until it ends")
+                self._told_busy = True
+            self._stop_spec()
+            self._drop_window()
+
     def _fail(self, e: BaseException) -> None:
+        """Give up: no hooks, and nothing half-recorded is written."""
         say(f"collector error ({type(e).__name__}: {e}); the program runs on unprofiled")
         self.enabled = False
         self.remove_hooks()
+        for drop in (self._drop_window, self._discard_spec):
+            try:
+                drop()
+            except Exception:  # noqa: BLE001
+                pass
 
     # ---- the window ------------------------------------------------------------------
 
@@ -383,38 +412,55 @@ class Collector:
                 self.ms_profiled.append((now - self.t_last) * 1e3)
             self.recorded += 1
             if self.recorded >= self.steps:
+                if self.et_extra and self._et is not None:  # one more step, with the ET
+                    with _quiet():
+                        self.prof.step()
+                        self._et.start()
+                    self.et_step_started = True
+                    self.state = "et_step"
+                    return
                 self._finish_window()
                 return
             with _quiet():
                 self.prof.step()
+        elif self.state == "et_step":
+            with _quiet():
+                self._et.stop()
+            self._finish_window()
+            return
         self.t_last = time.perf_counter()
 
-    def _profiler(self, *, full: bool, windowed: bool, et_name: str) -> tuple[Any, Any]:
+    def _profiler(self, *, full: bool, windowed: bool, et_name: str,
+                  cuda: bool | None = None) -> tuple[Any, Any]:
         acts = [ProfilerActivity.CPU]
-        cuda = full and torch.cuda.is_initialized()
-        if cuda:
+        if full and (torch.cuda.is_initialized() if cuda is None else cuda):
             acts.append(ProfilerActivity.CUDA)
         et = ExecutionTraceObserver()
         et.register_callback(str(self.bundle / et_name))
-        kw: dict[str, Any] = {}
+        kw: dict[str, Any] = {"execution_trace_observer": et}
         if windowed:
-            kw = {"schedule": schedule(wait=0, warmup=1, active=self.steps, repeat=1),
+            active = self.steps + (1 if self.et_extra else 0)
+            kw = {"schedule": schedule(wait=0, warmup=1, active=active, repeat=1),
                   "on_trace_ready": self._on_trace_ready}
+            if not self.et_extra:
+                kw["execution_trace_observer"] = et
         p = profile(activities=acts, record_shapes=True, profile_memory=True,
-                    with_stack=full, with_modules=full, execution_trace_observer=et, **kw)
+                    with_stack=full, with_modules=full, **kw)
         return p, et
 
     def _start_window(self) -> None:
-        if torch.autograd.profiler._is_profiler_enabled:  # the program profiles itself
-            say("torch.profiler is already running in this program: tensight records nothing")
-            self.state = "done"
-            self.remove_hooks()
-            return
-        self.prof, _ = self._profiler(full=True, windowed=True, et_name="et.json")
+        if _profiler_running():  # the program profiles itself
+            if not self._told_busy:
+                say("the program runs torch.profiler itself: the window waits for it to end")
+                self._told_busy = True
+            return  # try again at the next boundary
+        self.prof, self._et = self._profiler(full=True, windowed=True, et_name="et.json")
         self.warmup_done = self.count
         self._window_log_level = _silence()  # C++ warnings off for the few steps of the window
-        with _quiet():
+        block = torch.empty(16)
+        with _quiet(), _ours():
             self.prof.start()
+            del block
         self.state = "warmup"
 
     def _on_trace_ready(self, prof: Any) -> None:
@@ -457,18 +503,22 @@ class Collector:
         try:
             with _quiet():
                 prof.__exit__(None, None, None)  # stop() + ET cleanup (closes et.json)
+                if self._et is not None and self._et.is_registered:
+                    self._et.unregister_callback()  # not the profiler's (TENSIGHT_ET=step)
         finally:
+            self._et = None
             _unsilence(self._window_log_level)
             self._window_log_level = None
             et_json = self.bundle / "et.json"
-            if self.kept == "window" and et_json.exists():
+            et_used = not self.et_extra or self.et_step_started
+            if self.kept == "window" and et_used and et_json.exists():
                 _gzip_to(et_json, self.bundle / EXECUTION_TRACE)
                 self.options_kept = dict(_FULL)
             else:
                 self._remove(et_json)
 
     def _drop_window(self) -> None:
-        if self.prof is not None and self.state in ("warmup", "recording"):
+        if self.prof is not None and self.state in ("warmup", "recording", "et_step"):
             self.prof.on_trace_ready = None
             try:
                 self._close_prof()
@@ -480,13 +530,17 @@ class Collector:
 
     # ---- the speculative whole-program profile ---------------------------------------
 
-    def _start_spec(self, full: bool) -> None:
-        if torch.autograd.profiler._is_profiler_enabled:
+    def _start_spec(self, full: bool, cuda: bool | None = None) -> None:
+        if _profiler_running():
             return
-        self.spec, _ = self._profiler(full=full, windowed=False, et_name="et.spec.json")
-        with _quiet():
+        self.spec, _ = self._profiler(full=full, windowed=False, et_name="et.spec.json",
+                                      cuda=cuda)
+        block = torch.empty(16)  # allocated before the start, freed after: see below
+        with _quiet(), _ours():
             self.spec.start()
+            del block  # uses up torch's warn-once about "memory blocks of unknown size"
         self.spec_running = True
+        self._spec_started = True
         self.spec_full = full
         self.spec_tid = threading.get_ident()
 
@@ -502,15 +556,27 @@ class Collector:
                         return
                     self._stop_spec()
                     self.spec = None
-                self._start_spec(True)
+                self._start_spec(True, cuda=True)  # torch.cuda.is_initialized() is still False
         except Exception:  # noqa: BLE001 - must never raise inside torch.cuda._lazy_init
             pass
 
     def _stop_spec(self) -> None:
         if self.spec is not None and self.spec_running:
             self.spec_running = False
+            try:
+                with _quiet():
+                    self.spec.__exit__(None, None, None)  # keep its results in memory
+            except Exception:  # noqa: BLE001 - e.g. the program's own torch.profiler took over
+                self._discard_spec()
+
+    def _discard_spec(self) -> None:
+        spec, self.spec = self.spec, None
+        self.spec_running = False
+        et = getattr(spec, "execution_trace_observer", None)
+        if et is not None and et.is_registered:
             with _quiet():
-                self.spec.__exit__(None, None, None)  # keep its results in memory
+                et.unregister_callback()
+        self._remove(self.bundle / "et.spec.json")
 
     # ---- the end ---------------------------------------------------------------------
 
@@ -528,7 +594,7 @@ class Collector:
             self.write_manifest(status, exit_code, error)
 
     def _finalize_recording(self) -> None:
-        if self.state in ("warmup", "recording"):
+        if self.state in ("warmup", "recording", "et_step"):
             try:
                 self._close_prof()  # RECORD -> stop_trace + export of the steps so far
             except Exception as e:  # noqa: BLE001
@@ -542,8 +608,15 @@ class Collector:
             say(f"could not stop the profiler ({type(e).__name__}: {e})")
             self.spec = None
         if self.spec is None:
-            if self.auto and self.speculate:
-                say("nothing was recorded")
+            if not (self.auto and self.speculate):
+                pass
+            elif self.mode is not None:
+                say(f"nothing was recorded: the program ended after {self.count} {self.mode} "
+                    f"steps, before the window ({self.warmup} warm-up + 1 + {self.steps})")
+            elif not self._spec_started:
+                say("no steps found and the program never used CUDA: nothing was recorded")
+            else:
+                say("no steps found, and the whole-program profile was lost: nothing recorded")
             return
         if self.mode is not None:
             say(f"the program ended after {self.count} {self.mode} steps, before the window "
@@ -585,6 +658,10 @@ class Collector:
             "warmup_steps": 0 if whole else self.warmup_done,
             "steps_requested": self.steps,
             "steps_recorded": self.recorded if self.kept == "window" else 0,
+            # TENSIGHT_ET=step: the ProfilerStep#k (k = steps + 1) that carries the execution
+            # trace, after the timed steps; absent when the ET covers the window
+            **({"execution_trace_step": self.steps + 1}
+               if self.et_step_started and self.kept == "window" and et_ok else {}),
             "options": {**(self.options_kept or _FULL), "hardware": False},
             "program": {"status": status, "exit_code": exit_code, "error": error},
             "files": {"trace": TRACE if self.kept else None,
@@ -650,6 +727,65 @@ _FULL = {"record_shapes": True, "with_stack": True, "with_modules": True, "profi
 _LIGHT = {"record_shapes": True, "with_stack": False, "with_modules": False, "profile_memory": True}
 
 
+_starting_ours = False
+_watching = False
+
+
+@contextlib.contextmanager
+def _ours() -> Iterator[None]:
+    """Marks tensight's own profiler starts (the program's make tensight yield)."""
+    global _starting_ours
+    _starting_ours = True
+    try:
+        yield
+    finally:
+        _starting_ours = False
+
+
+def _profiler_running() -> bool:
+    """Whether a profiler runs in this thread (ours or the program's)."""
+    fn = getattr(torch.autograd, "_profiler_enabled", None)
+    try:
+        return bool(fn()) if fn is not None else bool(torch.autograd.profiler._is_profiler_enabled)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _watch_program_profilers() -> None:
+    """Wrap torch's ``_prepare_profiler`` (every Kineto profiler start calls it) so that a
+    profiler the program starts itself first makes tensight's stop: a second Kineto
+    session would cancel the first, and exporting that one can crash."""
+    global _watching
+    if _watching:
+        return
+    import torch.autograd.profiler as ap
+
+    original = getattr(ap, "_prepare_profiler", None)
+    if original is None:
+        return
+
+    def _prepare_profiler(*args: Any, **kwargs: Any) -> Any:
+        if not _starting_ours and _active is not None:
+            try:
+                _active.yield_to_program()
+            except Exception:  # noqa: BLE001 - never in the way of the program's profiler
+                pass
+        return original(*args, **kwargs)
+
+    ap._prepare_profiler = _prepare_profiler
+    _watching = True
+
+
+def _forked_child() -> None:
+    """A forked child (a DataLoader worker) records nothing."""
+    if _active is not None:
+        _active.enabled = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
+
+
 def _exit_status(code: object) -> int:
     """The process exit status of ``sys.exit(code)``."""
     if code is None:
@@ -701,6 +837,13 @@ def _env_int(name: str, default: int, minimum: int) -> int:
     return value
 
 
+def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, "") or default
+    if value not in choices:
+        raise ValueError(f"{name}={value} (one of {', '.join(choices)})")
+    return value
+
+
 def install_from_env() -> Collector:
     """Install the collector described by the TENSIGHT_* environment (``tensight run``)."""
     c = Collector(
@@ -711,6 +854,7 @@ def install_from_env() -> Collector:
         auto=True,
         speculate=True,
         light_start=True,
+        et_extra=_env_choice("TENSIGHT_ET", "step", ("window", "step")) == "step",
     )
     c.install()
     c.install_exit_handlers()

@@ -40,6 +40,8 @@ class SimpleCNN(nn.Module):
 class TransformerLM(nn.Module):
     """A GPT-like causal LM built on ``nn.TransformerEncoder`` (pre-norm, GELU)."""
 
+    mask: torch.Tensor
+
     def __init__(self, vocab: int = 8192, d_model: int = 512, heads: int = 8,
                  layers: int = 6, seq_len: int = 256) -> None:
         super().__init__()

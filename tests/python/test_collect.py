@@ -42,14 +42,15 @@ def plain(script: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def collected(bundle: Path, script: str, *args: str, steps: int = 3, warmup: int = 2,
-              stop: bool = False, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
+              stop: bool = False, pythonpath: str | None = None,
+              extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run a program as `tensight run --steps S --warmup W [--stop] -- python ...` does."""
     bundle.mkdir(parents=True, exist_ok=True)
     old = os.environ.get("PYTHONPATH")
     path = os.pathsep.join(p for p in (str(BOOT), pythonpath, old) if p)
     env = _env({"PYTHONPATH": path, "TENSIGHT_BUNDLE": str(bundle),
                 "TENSIGHT_STEPS": str(steps), "TENSIGHT_WARMUP": str(warmup),
-                "TENSIGHT_STOP": "1" if stop else "0"})
+                "TENSIGHT_STOP": "1" if stop else "0", **(extra or {})})
     return subprocess.run([sys.executable, str(PROGRAMS / script), *args], capture_output=True,
                           text=True, env=env, timeout=TIMEOUT, check=False)
 
@@ -202,6 +203,73 @@ def test_no_steps_records_the_whole_program(tmp_path: Path) -> None:
     assert m["program"] == {"status": "completed", "exit_code": 0, "error": None}
     names = {e.get("name") for e in trace_events(tmp_path / "b")}
     assert "aten::tanh" in names
+
+
+def _step_ops(bundle: Path) -> dict[str, list[str]]:
+    """Per ProfilerStep: the names of the optimizer steps inside it."""
+    events = trace_events(bundle)
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    out: dict[str, list[str]] = {}
+    for s in steps:
+        out[s["name"]] = sorted(e["name"] for e in events
+                                if str(e.get("name", "")).startswith("Optimizer.step#")
+                                and s["ts"] <= e["ts"] < s["ts"] + s["dur"])
+    return out
+
+
+def test_several_optimizers_make_one_step_per_iteration(tmp_path: Path) -> None:
+    got = collected(tmp_path / "b", "gan.py", steps=3, warmup=2)
+    assert_passthrough(got, plain("gan.py"))
+    assert manifest(tmp_path / "b")["steps_recorded"] == 3
+    # a boundary after the generator's step (the last before the first optimizer repeats)
+    assert _step_ops(tmp_path / "b") == {
+        f"ProfilerStep#{k}": ["Optimizer.step#Adam.step", "Optimizer.step#SGD.step"]
+        for k in (1, 2, 3)}
+
+
+def test_a_program_that_profiles_itself(tmp_path: Path) -> None:
+    got = collected(tmp_path / "b", "self_profile.py", steps=3, warmup=2)
+    want = plain("self_profile.py")
+    assert got.returncode == want.returncode == 0, got.stderr
+    assert got.stdout == want.stdout
+    # Kineto's own log lines (its level is set once per process) are the only difference
+    kineto = ("USDT:", "ERROR:", "INFO:", "WARNING:", "STAGE:")
+    assert [x for x in own_stderr(got.stderr) if not x.startswith(kineto)] == [
+        x for x in own_stderr(want.stderr) if not x.startswith(kineto)]
+    assert "own profile has events: True" in got.stdout
+    m = manifest(tmp_path / "b")  # the window waits for the program's profiler to end
+    assert m["step_detection"] == "optimizer" and m["steps_recorded"] == 3
+    assert m["warmup_steps"] >= 3
+
+
+def test_cycle_learning() -> None:
+    from tensight.collect import _Cycle
+
+    c = _Cycle()  # D, G per iteration: provisional at the first D, then after each G
+    assert [c.feed(k) for k in (1, 2, 1, 2, 1, 2)] == [True, False, False, True, False, True]
+    c = _Cycle()  # a setup module once, then model + head per iteration
+    assert [c.feed(k) for k in (0, 1, 2, 1, 2, 1)] == [True, False, False, False, True, False]
+    c = _Cycle()
+    assert [c.feed(7) for _ in range(3)] == [True, True, True]
+
+
+def test_execution_trace_in_its_own_step(tmp_path: Path) -> None:
+    got = collected(tmp_path / "b", "train_cpu.py", "12", steps=2, warmup=1,
+                    extra={"TENSIGHT_ET": "step"})
+    assert got.returncode == 0, got.stderr
+    m = manifest(tmp_path / "b")
+    assert m["steps_recorded"] == 2 and m["execution_trace_step"] == 3
+    assert len(m["timing"]["step_ms_profiled"]) == 2
+    assert profiler_steps(tmp_path / "b") == ["ProfilerStep#1", "ProfilerStep#2",
+                                             "ProfilerStep#3"]
+    events = trace_events(tmp_path / "b")
+    et_step = next(e for e in events if e.get("name") == "ProfilerStep#3")
+    rf_ids = {e["args"]["Record function id"] for e in events
+              if e.get("cat") == "cpu_op" and et_step["ts"] <= e["ts"] < et_step["ts"] + et_step["dur"]}
+    with gzip.open(tmp_path / "b" / "et.json.gz", "rt") as f:
+        nodes = json.load(f)["nodes"]
+    et_ids = {a["value"] for n in nodes for a in n.get("attrs", []) if a["name"] == "rf_id"}
+    assert rf_ids and rf_ids <= et_ids
 
 
 def test_stop_ends_the_program_once_recorded(tmp_path: Path) -> None:

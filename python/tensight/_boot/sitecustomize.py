@@ -14,6 +14,12 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # not `typing`'s: nothing more is imported at every startup
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -116,7 +122,8 @@ class _Loader:
 class _TorchFinder:
     """A meta-path finder that only answers for ``torch``, once."""
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         if name != "torch":
             return None
         try:
@@ -129,7 +136,7 @@ class _TorchFinder:
             spec = importlib.util.find_spec("torch")
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
-            spec.loader = _Loader(spec.loader)
+            spec.loader = _Loader(spec.loader)  # type: ignore[assignment]
             return spec
         except Exception as e:  # noqa: BLE001
             sys.stderr.write(f"tensight: import hook failed ({type(e).__name__}: {e})\n")

@@ -271,7 +271,7 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         name: d.name.clone(),
         num_sms: d.num_sms,
         memory_bytes: d.total_global_mem_bytes,
-        ceilings: devices::measured(&d.name).or_else(|| devices::lookup(&d.name)),
+        ceilings: devices::measured(&d.name).or_else(|| devices::lookup_device(d)),
     });
     let roofline = device
         .as_ref()

@@ -882,6 +882,9 @@ pub struct BundleInfo {
     pub steps_requested: Option<u64>,
     /// Steps actually recorded.
     pub steps_recorded: Option<u64>,
+    /// The extra `ProfilerStep#k` that carried the execution-trace observer (its ~40 µs
+    /// per op would distort timing), excluded from the analysed steps.
+    pub execution_trace_step: Option<u64>,
     /// Collector options as written (free-form object).
     pub options: serde_json::Value,
     /// How the program ended.
