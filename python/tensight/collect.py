@@ -402,6 +402,7 @@ class Collector:
             if self.count >= self.warmup:
                 self._start_window()
         elif self.state == "warmup":
+            _drain_gpu()  # recorded steps start with no GPU backlog from unrecorded ones
             with _quiet():
                 self.prof.step()
             self.state = "recording"
@@ -412,6 +413,7 @@ class Collector:
                 self.ms_profiled.append((now - self.t_last) * 1e3)
             self.recorded += 1
             if self.recorded >= self.steps:
+                _drain_gpu()  # the recorded steps' GPU work completes inside the trace
                 if self.et_extra and self._et is not None:  # one more step, with the ET
                     with _quiet():
                         self.prof.step()
@@ -444,8 +446,11 @@ class Collector:
                   "on_trace_ready": self._on_trace_ready}
             if not self.et_extra:
                 kw["execution_trace_observer"] = et
-        p = profile(activities=acts, record_shapes=True, profile_memory=True,
-                    with_stack=full, with_modules=full, **kw)
+        opts = _window_options() if windowed else (dict(_FULL) if full else dict(_LIGHT))
+        if not full:
+            opts.update(with_stack=False, with_modules=False)
+        self._window_opts = opts
+        p = profile(activities=acts, **opts, **kw)
         return p, et
 
     def _start_window(self) -> None:
@@ -513,7 +518,7 @@ class Collector:
             et_used = not self.et_extra or self.et_step_started
             if self.kept == "window" and et_used and et_json.exists():
                 _gzip_to(et_json, self.bundle / EXECUTION_TRACE)
-                self.options_kept = dict(_FULL)
+                self.options_kept = dict(getattr(self, "_window_opts", _FULL))
             else:
                 self._remove(et_json)
 
@@ -724,6 +729,16 @@ class Collector:
 
 
 _FULL = {"record_shapes": True, "with_stack": True, "with_modules": True, "profile_memory": True}
+
+
+def _window_options() -> dict[str, bool]:
+    """Profiler options of the recorded window: all on, less those named in
+    ``TENSIGHT_NO`` (comma-separated: ``stack``, ``modules``, ``memory``, ``shapes``),
+    which trade detail (source lines, module names, allocator events, FLOPs) for a
+    lower per-op cost on host-bound programs."""
+    off = {x.strip() for x in os.environ.get("TENSIGHT_NO", "").split(",") if x.strip()}
+    return {"record_shapes": "shapes" not in off, "with_stack": "stack" not in off,
+            "with_modules": "modules" not in off, "profile_memory": "memory" not in off}
 _LIGHT = {"record_shapes": True, "with_stack": False, "with_modules": False, "profile_memory": True}
 
 
@@ -793,6 +808,18 @@ def _exit_status(code: object) -> int:
     if isinstance(code, int):
         return code & 0xFF
     return 1
+
+
+def _drain_gpu() -> None:
+    """Wait for queued GPU work, once at each edge of the recorded window: a GPU-bound
+    program's host runs steps ahead of the GPU, and without this the first recorded
+    steps would overlap invisible work from unrecorded ones and the last ones would
+    end before their kernels ran (and be lost when the profiler stops)."""
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - never break the program for a measurement
+        pass
 
 
 def _gpu_present() -> bool:

@@ -39,15 +39,31 @@ e = torch.cuda.Event(enable_timing=True); e.record(); ev.append(e); torch.cuda.s
 t = sorted(a.elapsed_time(b) for a, b in zip(ev[10:], ev[11:]))
 print(json.dumps({"workload": "resnet50_bs32", "fixed": False, "steps": 30, "median_step_ms": round(t[len(t)//2], 4)}), file=sys.stderr)
 PY
-for n in 20 3; do
+for n in 20 4; do
   ( time python3 -m tensight bench --model resnet50 --batch-size 32 --steps $n --out "$B/resnet50_s$n" ) \
     >"$B/resnet50_s$n.stdout" 2>"$B/resnet50_s$n.stderr"
   echo "resnet50 steps $n: exit $? $(tail -1 "$B/resnet50_s$n.stderr")"
 done
 
+# Overhead of the profiler's options on the two host-bound cases: the same run with
+# module names and allocator events off, and with stacks off too (TENSIGHT_NO).
+for no in "modules,memory" "stack,modules,memory"; do
+  tag=$(echo "$no" | tr ',' '-')
+  TENSIGHT_NO="$no" python3 -m tensight run --steps 5 --warmup 5 --stop --out "$B/opt_launch_bound_$tag" -- \
+    python3 workloads/launch_bound.py --steps 40 >/dev/null 2>&1
+  TENSIGHT_NO="$no" python3 -m tensight bench --model resnet50 --batch-size 32 --steps 5 \
+    --out "$B/opt_resnet50_$tag" >/dev/null 2>&1
+done
+
 tar czf "$OUT/bundles.tgz" -C /tmp bundles
 ls -la "$OUT"
 echo "== unprofiled (timing.jsonl)"; cat "$OUT/timing.jsonl" | grep '^{' || true
+echo "== profiled (report step time, mean)"
+for d in "$B"/*/; do
+  [ -f "$d/report.json" ] && python3 -c "
+import json,sys; r=json.load(open('$d/report.json')); s=r['summary']; p=r['diagnosis']['primary_bottleneck']
+print(f\"{'$d'.split('/')[-2]:<34} {s['step_time_ms']:8.3f} ms  busy {s['gpu_busy_pct']:5.1f}%  primary {p['code'] if p else '-'} {p['saving_ms'] if p else 0:.2f} ms\")"
+done
 echo "== profiled (manifest timing)"
 for m in "$B"/*/manifest.json; do
   python3 - "$m" <<'PY'

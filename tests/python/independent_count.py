@@ -10,8 +10,11 @@ definitions, so that it cross-checks ``tensight analyze``:
   event to latest end; the profiler's own `PyTorch Profiler (0)` span is not counted); the shallowest
   such frame wins, then the one covering the most time; else repeating
   ``Optimizer.step#`` / ``enumerate(DataLoader)#`` annotations; else the whole trace.
-* Each step runs from its start to the next step's start; the last one to the later of
-  its own end and the end of the GPU work launched by runtime calls that started in it.
+* Steps are contiguous windows. The GPU work of a step is what runtime calls starting
+  in [its host start, the next host start) launched (the last step: [host start, host
+  end]). A step is done at the later of its host end and the end of that GPU work; it
+  ends there, but not before the next step's host start; the next step starts where
+  it ends (the first at its host start).
 * GPU work (kernel, gpu_memcpy, gpu_memset) belongs to the step in which it starts.
 
 Times are exact: the JSON numbers (microseconds) are read as decimals and turned into
@@ -212,21 +215,26 @@ def host_steps(events: list[Event]) -> tuple[list[_Span], str]:
 
 
 def close_steps(events: list[Event], host: list[_Span]) -> list[_Span]:
-    """Each step ends where the next starts; the last when the GPU work it launched ends."""
-    out = [_Span(s.name, s.start, nxt.start) for s, nxt in zip(host, host[1:])]
-    last = host[-1]
-    launched = {
-        e.get("args", {}).get("correlation")
-        for e in events
-        if _cat(e) in RUNTIME_CATS and e.get("ph") == "X" and last.start <= _ns(e["ts"]) <= last.end
-    }
-    launched.discard(None)
-    gpu_end = max(
-        (_span(e).end for e in events
-         if _cat(e) in GPU_CATS and e.get("args", {}).get("correlation") in launched),
-        default=last.end,
-    )
-    out.append(_Span(last.name, last.start, max(last.end, gpu_end)))
+    """Contiguous step windows ending when both the host range and its GPU work are done."""
+    runtime = [(_ns(e["ts"]), e.get("args", {}).get("correlation"))
+               for e in events if _cat(e) in RUNTIME_CATS and e.get("ph") == "X"]
+    gpu_end_by_corr: dict[Any, int] = {}
+    for e in events:
+        if _cat(e) in GPU_CATS:
+            c = e.get("args", {}).get("correlation")
+            if c is not None and c not in gpu_end_by_corr:
+                gpu_end_by_corr[c] = _span(e).end
+    out: list[_Span] = []
+    start = host[0].start
+    for i, s in enumerate(host):
+        last = i + 1 == len(host)
+        hi = s.end if last else host[i + 1].start - 1
+        ends = [gpu_end_by_corr[c] for ts, c in runtime if s.start <= ts <= hi and c in gpu_end_by_corr]
+        done = max([s.end, *ends])
+        end = done if last else max(done, host[i + 1].start)
+        end = max(end, start)
+        out.append(_Span(s.name, start, end))
+        start = end
     return out
 
 

@@ -25,19 +25,11 @@ SOURCE_TEXT = {
     "whole_trace": "whole trace",
 }
 
-# Timestamps since the epoch (~1.7e15 us): tensight converts them to ns in f64
-# (`(us * 1000.0).round()`, read/kineto.rs), whose spacing there is 256 ns, so each
-# timestamp may be off by up to ~128 ns. Alexnet's GPU busy union comes out 3.7e-6
-# relative off (the others stay within 1e-6). Remove the mark when ns are exact.
-F64_NS = pytest.mark.xfail(
-    strict=True, reason="tensight bug: epoch timestamps lose ns precision (f64 us*1000)"
-)
-ALEXNET = "critical_path-alexnet-benchmark_result_2869224_1695835535_trace.json.gz"
 
 
 def _params() -> list[Any]:
     return [
-        pytest.param(p, id=p.name.split(".")[0][:48], marks=[F64_NS] if p.name == ALEXNET else [])
+        pytest.param(p, id=p.name.split(".")[0][:48])
         for p in KINETO_TRACES
     ]
 
@@ -62,11 +54,9 @@ def test_probe_figures() -> None:
     assert "probe.py(10): step" in analyze_json(PROBE_TRACE)["summary"]["step_source"]
 
 
-@F64_NS
 def test_epoch_timestamps_exact_to_the_ns() -> None:
     """trace_compare-base has integer-us epoch timestamps: its two ProfilerStep ranges
-    (start to next start, then to the end of the last step's GPU work) average exactly
-    137.268 ms. tensight says 137.268048 (48 ns off)."""
+    average exactly 137.268 ms (an f64 conversion of epoch microseconds was 48 ns off)."""
     s = analyze_json(REAL / "trace_compare-base-base.json.gz")["summary"]
     assert independent_count.count(REAL / "trace_compare-base-base.json.gz").step_time_ms == 137.268
     assert s["step_time_ms"] == pytest.approx(137.268, abs=1e-9, rel=0)

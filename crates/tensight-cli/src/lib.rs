@@ -4,6 +4,7 @@
 //! Exit codes: 0 ok, 1 a finding at or above `--fail-on`, 2 error. A closed pipe
 //! (`tensight analyze x | head`) exits 0.
 
+mod demo;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -12,12 +13,6 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use tensight::report::{self, RenderOptions, Report};
 use tensight::rules::{self, Severity};
-
-/// The demo trace: recorded on an NVIDIA H200 (torch 2.11, CUDA 13.0) by
-/// tests/fixtures/h200-probe/recorded_by.py: a small conv net whose input is created on
-/// the CPU and moved with `.cuda()`, read through a transposed view, with a `.item()`
-/// sync per step.
-const DEMO_TRACE: &[u8] = include_bytes!("../demo/h200_probe_kineto.json.gz");
 
 #[derive(Parser)]
 #[command(
@@ -65,8 +60,13 @@ enum Command {
         after_help = "Example:\n  tensight bench --model resnet50 --batch-size 32 --steps 20 --amp"
     )]
     Bench(run::BenchArgs),
-    /// Analyze the bundled sample profile recorded on an NVIDIA H200.
+    /// Analyze real profiles recorded on an NVIDIA H200 that ship with tensight.
+    #[command(
+        after_help = "Demos: resnet50 (default), late-migration, launch-bound, fp32-gemm, sync-in-loop, probe"
+    )]
     Demo {
+        /// Which demo (default: resnet50, followed by a line for each of the others).
+        name: Option<String>,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -183,12 +183,20 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                 _ => 0,
             })
         }
-        Command::Demo { out } => {
-            let report = tensight::analyze_bytes(
-                "demo: H200 probe (conv net, .item() sync, CPU-created input)",
-                DEMO_TRACE,
-            )?;
+        Command::Demo { name, out } => {
+            let demo = match name.as_deref() {
+                None => &demo::DEMOS[0],
+                Some(n) => demo::find(n).ok_or_else(|| {
+                    let names: Vec<&str> = demo::DEMOS.iter().map(|d| d.name).collect();
+                    tensight::Error::new(format!("unknown demo {n}"))
+                        .with_hint(format!("the demos are: {}", names.join(", ")))
+                })?,
+            };
+            let report = demo.report()?;
             emit(&report, &out)?;
+            if name.is_none() && out.format == Format::Text && out.output.is_none() {
+                write_stdout(&demo::others(demo.name))?;
+            }
             Ok(0)
         }
         Command::Rules { code, format } => {

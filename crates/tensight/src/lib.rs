@@ -40,6 +40,12 @@ pub fn analyze_bytes(name: &str, bytes: &[u8]) -> Result<report::Report> {
     Ok(diagnose(loaded, name.to_string()))
 }
 
+/// Read, analyse and diagnose a bundle held in memory: its manifest and trace bytes.
+pub fn analyze_bundle_bytes(name: &str, manifest: &[u8], trace: &[u8]) -> Result<report::Report> {
+    let loaded = read::bundle::load_bytes(name, manifest, trace)?;
+    Ok(diagnose(loaded, name.to_string()))
+}
+
 /// Analyse and diagnose a loaded profile.
 pub fn diagnose(loaded: read::Loaded, input: String) -> report::Report {
     let metrics = analysis::analyze(&loaded.profile);

@@ -500,11 +500,13 @@ impl MemoryEvent {
 pub struct Step {
     /// Label (`ProfilerStep#3`, `step 2`).
     pub name: String,
-    /// Start (ns): when the host began the iteration.
+    /// Start (ns): where the previous step ended (the first step: its host start).
     pub start_ns: i64,
-    /// End (ns): the next iteration's start, or for the last one the later of its host
-    /// end and the end of the GPU work it launched.
+    /// End (ns): when both the host range and the GPU work launched in it are done, and
+    /// not before the next step's host start.
     pub end_ns: i64,
+    /// Start of the host-side range that defines the step (ns).
+    pub host_start_ns: i64,
     /// End of the host-side range that defines the step (ns).
     pub cpu_end_ns: i64,
 }

@@ -144,24 +144,38 @@ fn repeating_frame(p: &Profile) -> Option<Repeats> {
     Some((name.to_string(), r))
 }
 
-/// Turn host ranges into steps: each ends where the next begins; the last ends when
-/// the GPU work it launched ends.
+/// Turn host ranges into steps. Work belongs to the step whose host range launched it
+/// (up to the next step's start). A step is done when both its host range and its GPU
+/// work are done, so steps are the contiguous windows between consecutive "done"
+/// times: host-bound, that is the next step's host start; GPU-bound (the host runs
+/// ahead of a busy GPU), it is when the step's GPU work ends, so the step time is the
+/// real iteration period rather than the time the host took to queue it.
 fn close_steps(p: &Profile, ranges: Vec<(i64, i64, String)>) -> Vec<Step> {
     let n = ranges.len();
-    let mut out = Vec::with_capacity(n);
+    let mut out: Vec<Step> = Vec::with_capacity(n);
+    let mut window_start = ranges.first().map_or(0, |r| r.0);
     for (i, (start, cpu_end, name)) in ranges.iter().enumerate() {
-        let end = if i + 1 < n {
-            ranges[i + 1].0.max(*cpu_end.min(&ranges[i + 1].0))
+        let launch_end = if i + 1 < n {
+            ranges[i + 1].0 - 1
         } else {
-            let gpu_end = last_gpu_end_launched_in(p, *start, *cpu_end);
-            (*cpu_end).max(gpu_end.unwrap_or(i64::MIN))
+            *cpu_end
         };
+        let gpu_end = last_gpu_end_launched_in(p, *start, launch_end).unwrap_or(i64::MIN);
+        let done = (*cpu_end).max(gpu_end);
+        let end = if i + 1 < n {
+            done.max(ranges[i + 1].0)
+        } else {
+            done
+        };
+        let end = end.max(window_start);
         out.push(Step {
             name: name.clone(),
-            start_ns: *start,
+            start_ns: window_start,
             end_ns: end,
+            host_start_ns: *start,
             cpu_end_ns: *cpu_end,
         });
+        window_start = end;
     }
     out
 }

@@ -288,9 +288,22 @@ pub fn load(dir: &Path) -> Result<Loaded> {
             ));
         }
     }
+    apply_manifest(&mut loaded, info);
+    Ok(loaded)
+}
+
+/// A bundle held in memory (the demo's embedded ones): its manifest and trace bytes.
+pub fn load_bytes(name: &str, manifest: &[u8], trace: &[u8]) -> Result<Loaded> {
+    let info = parse_manifest(name, manifest)?;
+    let mut loaded = super::load_bytes(name, trace)?;
+    apply_manifest(&mut loaded, info);
+    Ok(loaded)
+}
+
+/// Attach the manifest to a loaded profile; the step that carried the execution-trace
+/// observer (its ~40 µs per op would distort timing) leaves the analysed steps.
+fn apply_manifest(loaded: &mut Loaded, info: BundleInfo) {
     if let Some(k) = info.execution_trace_step {
-        // That step ran under the execution-trace observer: keep it for tensor
-        // details, leave it out of timing.
         let name = format!("ProfilerStep#{k}");
         let steps = &mut loaded.profile.steps;
         if steps.len() > 1 {
@@ -298,7 +311,6 @@ pub fn load(dir: &Path) -> Result<Loaded> {
         }
     }
     loaded.profile.bundle = Some(info);
-    Ok(loaded)
 }
 
 #[cfg(test)]

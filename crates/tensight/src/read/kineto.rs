@@ -335,6 +335,66 @@ impl Visitor<'_> for NumVisitor {
     }
 }
 
+/// A time as Kineto writes it (microseconds, often with a 3-digit fraction), kept as
+/// exact integer nanoseconds: the decimal text is converted digit by digit, since an
+/// f64 of an epoch timestamp in µs (~1.7e15) is off by up to ~128 ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Micros(pub(super) Option<i64>);
+
+impl Micros {
+    /// From the JSON text of a number (or a quoted number).
+    pub(super) fn from_text(text: &str) -> Micros {
+        let t = text.trim().trim_matches('"').trim();
+        Micros(decimal_us_to_ns(t))
+    }
+    fn get(self) -> Option<i64> {
+        self.0
+    }
+}
+
+/// `"1712195495519689.125"` µs → 1712195495519689125 ns, exactly (half-up rounding
+/// past the third decimal); exponents and other spellings go through f64.
+pub(super) fn decimal_us_to_ns(t: &str) -> Option<i64> {
+    let (neg, body) = match t.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, t),
+    };
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    let plain = !int.is_empty()
+        && int.bytes().all(|c| c.is_ascii_digit())
+        && frac.bytes().all(|c| c.is_ascii_digit())
+        && int.len() <= 16;
+    let whole = plain
+        .then(|| int.parse::<i64>().ok().and_then(|v| v.checked_mul(1000)))
+        .flatten();
+    let Some(mut ns) = whole else {
+        let v: f64 = t.parse().ok()?;
+        return v.is_finite().then(|| (v * 1000.0).round() as i64);
+    };
+    let fb = frac.as_bytes();
+    let mut scale = 100;
+    for i in 0..3 {
+        if let Some(&d) = fb.get(i) {
+            ns += (d - b'0') as i64 * scale;
+        }
+        scale /= 10;
+    }
+    if fb.get(3).is_some_and(|&d| d >= b'5') {
+        ns += 1;
+    }
+    Some(if neg { -ns } else { ns })
+}
+
+impl<'de> Deserialize<'de> for Micros {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&RawValue>::deserialize(d)?;
+        Ok(match raw.get() {
+            "null" | "true" | "false" => Micros(None),
+            t => Micros::from_text(t),
+        })
+    }
+}
+
 impl<'de> Deserialize<'de> for Num {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match d.deserialize_any(NumVisitor)? {
@@ -394,9 +454,9 @@ pub(super) struct RawEvent<'a> {
     #[serde(default)]
     pub(super) tid: Option<Id>,
     #[serde(default)]
-    pub(super) ts: Option<Num>,
+    pub(super) ts: Option<Micros>,
     #[serde(default)]
-    pub(super) dur: Option<Num>,
+    pub(super) dur: Option<Micros>,
     #[serde(borrow, default)]
     pub(super) args: Option<RawArgs<'a>>,
 }
@@ -714,10 +774,6 @@ impl Hasher for FxHasher {
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
-fn us_to_ns(us: f64) -> i64 {
-    (us * 1000.0).round() as i64
-}
-
 fn raw_box(r: Option<&str>) -> Option<Box<str>> {
     r.map(Box::from)
 }
@@ -986,7 +1042,7 @@ fn add_metadata(ev: RawEvent, c: &mut Chunk) {
 }
 
 fn add_memory(ev: RawEvent, c: &mut Chunk) {
-    let (Some(ts), Some(a)) = (ev.ts.and_then(Num::get), ev.args.as_ref()) else {
+    let (Some(ts), Some(a)) = (ev.ts.and_then(Micros::get), ev.args.as_ref()) else {
         c.counters
             .add("malformed_event", CounterSeverity::DataLoss, MALFORMED, 1);
         return;
@@ -996,7 +1052,7 @@ fn add_memory(ev: RawEvent, c: &mut Chunk) {
         _ => 0,
     };
     c.memory.push(MemoryEvent {
-        ts_ns: us_to_ns(ts),
+        ts_ns: ts,
         bytes: a.mem_bytes.and_then(Num::int).unwrap_or(0),
         total_allocated_bytes: a.total_allocated.and_then(Num::int),
         total_reserved_bytes: a.total_reserved.and_then(Num::int),
@@ -1025,24 +1081,23 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
         return; // the profiler's own span
     }
     let (Some(Id::Int(pid)), Some(Id::Int(tid)), Some(ts)) =
-        (ev.pid, ev.tid, ev.ts.and_then(Num::get))
+        (ev.pid, ev.tid, ev.ts.and_then(Micros::get))
     else {
         c.counters
             .add("malformed_event", CounterSeverity::DataLoss, MALFORMED, 1);
         return;
     };
-    let mut dur = ev.dur.and_then(Num::get).unwrap_or(0.0);
-    if dur < 0.0 {
+    let mut dur_ns = ev.dur.and_then(Micros::get).unwrap_or(0);
+    if dur_ns < 0 {
         c.counters.add(
             "negative_duration",
             CounterSeverity::DataLoss,
             "events with a negative duration; treated as zero-length",
             1,
         );
-        dur = 0.0;
+        dur_ns = 0;
     }
-    let ts_ns = us_to_ns(ts);
-    let dur_ns = us_to_ns(dur);
+    let ts_ns = ts;
     let name = names.get(&ev.name);
     let args = ev.args.unwrap_or_default();
     let ext = args.external_id.and_then(Num::int);
@@ -1382,5 +1437,32 @@ pub(super) mod tests {
         assert_eq!(count("malformed_event"), 1);
         assert_eq!(count("negative_duration"), 1);
         assert_eq!(count("flow_event"), 2);
+    }
+}
+
+#[cfg(test)]
+mod micros_tests {
+    use super::decimal_us_to_ns;
+
+    #[test]
+    fn exact_nanoseconds() {
+        assert_eq!(
+            decimal_us_to_ns("1712195495519689.125"),
+            Some(1_712_195_495_519_689_125)
+        );
+        assert_eq!(
+            decimal_us_to_ns("1661938466265032"),
+            Some(1_661_938_466_265_032_000)
+        );
+        assert_eq!(
+            decimal_us_to_ns("5089384261670.117"),
+            Some(5_089_384_261_670_117)
+        );
+        assert_eq!(decimal_us_to_ns("0.7675"), Some(768));
+        assert_eq!(decimal_us_to_ns("12.3"), Some(12_300));
+        assert_eq!(decimal_us_to_ns("-3.5"), Some(-3_500));
+        assert_eq!(decimal_us_to_ns("1.5e3"), Some(1_500_000));
+        assert_eq!(decimal_us_to_ns("x"), None);
+        assert_eq!(decimal_us_to_ns(""), None);
     }
 }

@@ -13,7 +13,7 @@
 //! caller parses the event with serde, which decides. So behaviour is serde's; only
 //! the common case is faster (no visitor machinery, SIMD string scanning).
 
-use super::kineto::{Id, Num, NumVisitor, RawArgs, RawEvent};
+use super::kineto::{Id, Micros, Num, NumVisitor, RawArgs, RawEvent};
 use super::scan::find_string_special;
 use std::borrow::Cow;
 
@@ -153,11 +153,11 @@ impl<'a> Parser<'a> {
                 }
                 b"ts" => {
                     once(&mut seen, TS)?;
-                    ev.ts = p.opt_num()?;
+                    ev.ts = p.opt_micros()?;
                 }
                 b"dur" => {
                     once(&mut seen, DUR)?;
-                    ev.dur = p.opt_num()?;
+                    ev.dur = p.opt_micros()?;
                 }
                 b"args" => {
                     once(&mut seen, ARGS)?;
@@ -309,6 +309,24 @@ impl<'a> Parser<'a> {
         std::str::from_utf8(&self.b[s..self.i])
             .map(Some)
             .map_err(|_| Fallback)
+    }
+
+    /// A time in µs as exact nanoseconds ([`Micros`]), from the number's own text.
+    fn opt_micros(&mut self) -> R<Option<Micros>> {
+        match self.peek() {
+            Some(b'n') => {
+                self.literal(b"null")?;
+                Ok(None)
+            }
+            Some(b'"') => Ok(Some(Micros::from_text(self.str()?))),
+            Some(b't' | b'f') => Err(Fallback),
+            _ => {
+                let s = self.i;
+                self.skip_number()?;
+                let t = std::str::from_utf8(&self.b[s..self.i]).map_err(|_| Fallback)?;
+                Ok(Some(Micros::from_text(t)))
+            }
+        }
     }
 
     fn opt_num(&mut self) -> R<Option<Num>> {

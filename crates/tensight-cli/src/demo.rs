@@ -1,0 +1,98 @@
+//! `tensight demo`: real profiles recorded on an NVIDIA H200 ship inside the binary, so
+//! a new user sees a real report on a machine without a GPU. The bundles are the test
+//! fixtures in tests/fixtures/bundles (recorded by scripts/h200/record.sh; see the
+//! README there), embedded as their manifest and Kineto trace.
+
+use tensight::report::Report;
+
+/// One embedded profile.
+pub struct Demo {
+    /// Name on the command line (`tensight demo NAME`).
+    pub name: &'static str,
+    /// What the program is.
+    pub what: &'static str,
+    manifest: Option<&'static [u8]>,
+    trace: &'static [u8],
+}
+
+macro_rules! bundle {
+    ($name:expr, $dir:expr, $what:expr) => {
+        Demo {
+            name: $name,
+            what: $what,
+            manifest: Some(include_bytes!(concat!(
+                "../../../tests/fixtures/bundles/",
+                $dir,
+                "/manifest.json"
+            ))),
+            trace: include_bytes!(concat!(
+                "../../../tests/fixtures/bundles/",
+                $dir,
+                "/trace.json.gz"
+            )),
+        }
+    };
+}
+
+/// Every demo; the first is the default.
+pub const DEMOS: &[Demo] = &[
+    bundle!("resnet50", "h200-resnet50", "ResNet-50 training, batch 32, fp32 (tensight bench --model resnet50)"),
+    bundle!("late-migration", "h200-late-migration", "input created on the CPU and moved with .to('cuda') each step"),
+    bundle!("launch-bound", "h200-launch-bound", "24 tiny Linear+LayerNorm blocks at batch 8"),
+    bundle!("fp32-gemm", "h200-fp32-gemm", "4096-wide fp32 MLP with TF32 off"),
+    bundle!("sync-in-loop", "h200-sync-in-loop", "MLP reading loss.item() every step"),
+    Demo {
+        name: "probe",
+        what: "small conv net: CPU-created input, transposed view, .item() per step (torch.profiler only)",
+        manifest: None,
+        trace: include_bytes!("../../../tests/fixtures/h200-probe/kineto_trace.json.gz"),
+    },
+];
+
+/// Find a demo by name.
+pub fn find(name: &str) -> Option<&'static Demo> {
+    DEMOS.iter().find(|d| d.name == name)
+}
+
+impl Demo {
+    /// Analyse it.
+    pub fn report(&self) -> tensight::Result<Report> {
+        let label = format!(
+            "demo {}: {} (recorded on an NVIDIA H200)",
+            self.name, self.what
+        );
+        match self.manifest {
+            Some(m) => tensight::analyze_bundle_bytes(&label, m, self.trace),
+            None => tensight::analyze_bytes(&label, self.trace),
+        }
+    }
+}
+
+/// One line per other demo: its primary bottleneck and how to see it.
+pub fn others(shown: &str) -> String {
+    let mut s =
+        String::from("\nOTHER DEMOS (recorded on the same H200; `tensight demo NAME` shows one)\n");
+    for d in DEMOS.iter().filter(|d| d.name != shown) {
+        let primary = d
+            .report()
+            .ok()
+            .and_then(|r| {
+                let f = r
+                    .diagnosis
+                    .primary
+                    .and_then(|c| r.diagnosis.findings.iter().find(|f| f.code == c))?;
+                Some(format!(
+                    "{} {} (~{}/step)",
+                    f.code,
+                    f.title,
+                    tensight::rules::fmt_ms(f.saving_ms)
+                ))
+            })
+            .unwrap_or_else(|| "no bottleneck found".into());
+        s.push_str(&format!(
+            "  {:<15} {}\n  {:<15} → {}\n",
+            d.name, d.what, "", primary
+        ));
+    }
+    s
+}

@@ -1,0 +1,72 @@
+//! Snapshot tests: the full text report of every real trace in tests/fixtures, at 80
+//! columns without colour. A change to any analysis, rule or renderer shows up here as
+//! a reviewable diff (`INSTA_UPDATE=always cargo test --test snapshots` rewrites them).
+
+use std::path::Path;
+use tensight::report::{terminal, RenderOptions};
+
+fn report_of(rel: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let path = root.join(rel);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("fixture {rel}: {e}"));
+    let report = tensight::analyze_bytes(rel, &bytes).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    terminal::render(
+        &report,
+        RenderOptions {
+            color: false,
+            width: 80,
+        },
+    )
+}
+
+macro_rules! snap {
+    ($name:ident, $rel:expr) => {
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(report_of($rel));
+        }
+    };
+}
+
+snap!(h200_probe, "h200-probe/kineto_trace.json.gz");
+snap!(
+    amd_mi250,
+    "real/amd_trace-mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+);
+snap!(
+    cpu_only,
+    "real/cpu_only-rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+);
+snap!(
+    alexnet_pageable,
+    "real/critical_path-alexnet-benchmark_result_2869224_1695835535_trace.json.gz"
+);
+snap!(
+    cuda_event_sync,
+    "real/critical_path-cuda_event_sync-event_sync_trace.json.gz"
+);
+snap!(
+    simple_add,
+    "real/execution_trace-benchmark_simple_add_trace.json.gz"
+);
+snap!(nccl_two_ranks, "real/nccl_parser_config-nccl_data.json.gz");
+snap!(
+    ns_resolution,
+    "real/ns_resolution_trace-rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+);
+snap!(compare_base, "real/trace_compare-base-base.json.gz");
+snap!(compare_test, "real/trace_compare-test-test.json.gz");
+snap!(b200_eager, "real/tracelens-b200-eager_trace.json.gz");
+snap!(
+    h100_bert,
+    "real/tracelens-h100-gaunernst_bert-small-uncased-1016001.json.gz"
+);
+snap!(
+    vllm_graph_rocm,
+    "real/tracelens-inference-vllm_decode_full-graph_execution.json.gz"
+);
+snap!(
+    compile_triton_rocm,
+    "real/tracelens-torch_compile_triton-trace.json.gz"
+);
+snap!(triton_example, "real/triton_example-triton_example.json.gz");
