@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
-echo "== installing test tools (maturin, pytest) and tensight itself"
-"$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" "pytest>=7"
+echo "== installing test tools (maturin, pytest, torch for the collector tests) and tensight itself"
+"$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" "pytest>=7" torch
 "$PY" -m pip install --quiet --disable-pip-version-check .
 
 echo "== cargo fmt --check"

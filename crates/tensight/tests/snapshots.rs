@@ -70,3 +70,26 @@ snap!(
     "real/tracelens-torch_compile_triton-trace.json.gz"
 );
 snap!(triton_example, "real/triton_example-triton_example.json.gz");
+
+/// A bundle's report, read from its folder (relative to the crate, so stable).
+fn bundle_report(rel: &str) -> String {
+    let path = Path::new("../../tests/fixtures/bundles").join(rel);
+    let report = tensight::analyze_path(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    terminal::render(&report, RenderOptions { color: false, width: 80 })
+}
+
+macro_rules! snap_bundle {
+    ($name:ident, $rel:expr) => {
+        #[test]
+        fn $name() {
+            insta::assert_snapshot!(bundle_report($rel));
+        }
+    };
+}
+
+snap_bundle!(bundle_h200_resnet50, "h200-resnet50");
+snap_bundle!(bundle_h200_late_migration, "h200-late-migration");
+snap_bundle!(bundle_h200_launch_bound, "h200-launch-bound");
+snap_bundle!(bundle_h200_fp32_gemm, "h200-fp32-gemm");
+snap_bundle!(bundle_h200_sync_in_loop, "h200-sync-in-loop");
+snap_bundle!(bundle_h200_probe, "h200-probe");
