@@ -75,7 +75,13 @@ snap!(triton_example, "real/triton_example-triton_example.json.gz");
 fn bundle_report(rel: &str) -> String {
     let path = Path::new("../../tests/fixtures/bundles").join(rel);
     let report = tensight::analyze_path(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
-    terminal::render(&report, RenderOptions { color: false, width: 80 })
+    terminal::render(
+        &report,
+        RenderOptions {
+            color: false,
+            width: 80,
+        },
+    )
 }
 
 macro_rules! snap_bundle {
