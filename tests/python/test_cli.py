@@ -30,12 +30,14 @@ def _ids(paths: list[Path]) -> list[str]:
 
 
 def test_demo_prints_a_full_report() -> None:
+    """The default demo: the ResNet-50 bundle recorded on the H200, then one line per
+    other demo with its primary bottleneck."""
     r = run("demo")
     assert_no_crash(r)
     assert r.returncode == 0, r.stderr
     assert_full_report(r.stdout)
-    assert ".item()" in r.stdout
-    assert "NVIDIA H200" in r.stdout
+    assert "NVIDIA H200" in r.stdout and "ResNet-50" in r.stdout
+    assert "OTHER DEMOS" in r.stdout and "C003" in r.stdout  # late migration's finding
     assert ANSI not in r.stdout  # stdout is a pipe here
 
 
@@ -43,8 +45,30 @@ def test_demo_json() -> None:
     r = run("demo", "--format", "json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
-    assert report["summary"]["steps"] == 3
+    assert report["summary"]["steps"] == 4
+    assert report["bundle"]["torch_version"] == "2.11.0+cu130"
     assert report["diagnosis"]["bottlenecks"]
+
+
+@pytest.mark.parametrize("name", ["late-migration", "launch-bound", "fp32-gemm", "sync-in-loop", "probe"])
+def test_each_demo(name: str) -> None:
+    r = run("demo", name)
+    assert_no_crash(r)
+    assert r.returncode == 0, r.stderr
+    assert_full_report(r.stdout)
+    assert "OTHER DEMOS" not in r.stdout
+
+
+def test_probe_demo_names_the_item_sync() -> None:
+    r = run("demo", "probe")
+    assert "`.item()` syncs the host with the GPU" in r.stdout  # S001
+    assert "C003 late-gpu-migration" in r.stdout and "aten::randn" in r.stdout
+
+
+def test_unknown_demo() -> None:
+    r = run("demo", "nope")
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: unknown demo nope") and "hint: the demos are:" in r.stderr
 
 
 @pytest.mark.parametrize("trace", KINETO_TRACES, ids=_ids(KINETO_TRACES))

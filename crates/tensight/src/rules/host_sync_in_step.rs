@@ -97,7 +97,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             format!(" at {source}")
         };
         let d = Draft {
-            title: format!("{what} syncs the host with the GPU"),
+            title: capitalize(&format!("{what} syncs the host with the GPU")),
             message: format!(
                 "{what}{at} blocks the host {:.1}× per step ({} in all); the GPU then idles {} per step before new work arrives",
                 per_step,
@@ -169,6 +169,15 @@ fn describe(p: &Profile, s: &SyncPoint) -> String {
     match names.last() {
         Some(top) => format!("`{top}`"),
         None => format!("`{}`", r.name),
+    }
+}
+
+/// Upper-case the first letter (titles start with the description of the sync).
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
     }
 }
 
