@@ -24,7 +24,7 @@ pub enum KernelClass {
 }
 
 /// Classify a kernel by name.
-pub fn classify(name: &str) -> KernelClass {
+fn classify_uncached(name: &str) -> KernelClass {
     let n = name.to_ascii_lowercase();
     if n.starts_with("nccl")
         || n.contains("ncclkernel")
@@ -84,7 +84,7 @@ pub fn classify(name: &str) -> KernelClass {
 /// cores): HMMA/IMMA/GMMA tile names (`h884`, `s1688`, `16816`, `wgmma`, `gmma`),
 /// cuBLASLt's `nvjet` kernels, CUTLASS `tensorop`, xmma with a low-precision or tf32
 /// input type, and rocBLAS/hipBLASLt `MT...MI` (matrix instruction) kernels.
-pub fn uses_tensor_cores(name: &str) -> bool {
+fn uses_tensor_cores_uncached(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     const MARKS: [&str; 13] = [
         "h884", "h1688", "s1688", "i8816", "16816", "1688", "884gemm", "wgmma", "gmma", "tensorop",
@@ -111,7 +111,7 @@ pub fn uses_tensor_cores(name: &str) -> bool {
 /// `ampere_sgemm`, `gemmSN`/`gemv2T` and cutlass `simt` kernels on float, cuDNN's `scudnn`
 /// kernels and float-templated `dgrad_engine`/`wgrad_alg*_engine`, and xmma kernels on
 /// `f32f32_f32f32` or marked `ffma` (FP32 fused multiply-add: no TF32).
-pub fn is_fp32_simt_gemm(name: &str) -> bool {
+fn is_fp32_simt_gemm_uncached(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     let half = n.contains("bfloat16") || n.contains("half") || n.contains("bf16");
     let simt = n.contains("sgemm")
@@ -121,23 +121,23 @@ pub fn is_fp32_simt_gemm(name: &str) -> bool {
         || (n.contains("xmma") && n.contains("f32f32_f32f32"))
         || ((n.contains("gemmsn") || n.contains("gemv")) && !half)
         || ((n.contains("dgrad_engine<float") || n.contains("wgrad_alg")) && n.contains("<float"));
-    simt && !uses_tensor_cores(name)
+    simt && !uses_tensor_cores_uncached(name)
 }
 
 /// True for a GEMM/conv kernel whose name says it computes in TF32 on tensor cores:
 /// `tf32` in the name (xmma, cuDNN, CUTLASS) or CUTLASS's `s1688` tile on float
 /// (`cutlass_80_tensorop_s1688gemm_...`, without a 16-bit input type).
-pub fn is_tf32_gemm(name: &str) -> bool {
+fn is_tf32_gemm_uncached(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     (n.contains("tf32") || n.contains("s1688gemm") || n.contains("s1688dgrad"))
-        && !is_low_precision_gemm(name)
+        && !is_low_precision_gemm_uncached(name)
 }
 
 /// True for a GEMM/conv/attention kernel whose name says it reads 16- or 8-bit inputs:
 /// `bf16`, `f16`/`fp16`/`half`, HMMA tiles `h884`/`h1688`/`h16816`, `hgemm`, FP8
 /// (`e4m3`, `e5m2`), int8 (`i8816`, `imma`). Kernels that do not name a type (cuBLASLt's
 /// `nvjet`, Triton templates) give false: their precision is unknown from the name.
-pub fn is_low_precision_gemm(name: &str) -> bool {
+fn is_low_precision_gemm_uncached(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     // xmma names list types as `bf16bf16_bf16f32`; a plain `f16` inside `bf16` counts too.
     const MARKS: [&str; 14] = [
@@ -185,6 +185,79 @@ fn is_collective_name(n: &str) -> bool {
         "multimem",
     ];
     MARKS.iter().any(|m| n.contains(m))
+}
+
+/// Everything this module says about one kernel name, computed once per distinct name:
+/// the same few hundred names recur hundreds of thousands of times in a large trace, and
+/// each uncached answer lower-cases a long C++ signature.
+#[derive(Debug, Clone, Copy)]
+struct Traits {
+    class: KernelClass,
+    tensor_cores: bool,
+    fp32_simt: bool,
+    tf32: bool,
+    low_precision: bool,
+}
+
+/// Per-thread memo of [`Traits`]: (name address, length) → (name, traits).
+type TraitsCache =
+    std::cell::RefCell<std::collections::HashMap<(usize, usize), (Box<str>, Traits)>>;
+
+thread_local! {
+    /// Keyed by the name's address and length (names are shared `Arc<str>`s), with the
+    /// text kept to check a hit, so a reused address can never return another name's
+    /// traits.
+    static TRAITS: TraitsCache = Default::default();
+}
+
+fn traits(name: &str) -> Traits {
+    let key = (name.as_ptr() as usize, name.len());
+    TRAITS.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((text, t)) = c.get(&key) {
+            if &**text == name {
+                return *t;
+            }
+        }
+        let t = Traits {
+            class: classify_uncached(name),
+            tensor_cores: uses_tensor_cores_uncached(name),
+            fp32_simt: is_fp32_simt_gemm_uncached(name),
+            tf32: is_tf32_gemm_uncached(name),
+            low_precision: is_low_precision_gemm_uncached(name),
+        };
+        if c.len() > 1 << 16 {
+            c.clear(); // bound the memory on pathological traces
+        }
+        c.insert(key, (Box::from(name), t));
+        t
+    })
+}
+
+/// Classify a kernel by name.
+pub fn classify(name: &str) -> KernelClass {
+    traits(name).class
+}
+
+/// True when a GEMM/conv kernel name says it runs on tensor cores (see
+/// [`uses_tensor_cores_uncached`] for the patterns).
+pub fn uses_tensor_cores(name: &str) -> bool {
+    traits(name).tensor_cores
+}
+
+/// True for an fp32 SIMT GEMM or convolution (no tensor cores).
+pub fn is_fp32_simt_gemm(name: &str) -> bool {
+    traits(name).fp32_simt
+}
+
+/// True for a TF32 tensor-core GEMM or convolution.
+pub fn is_tf32_gemm(name: &str) -> bool {
+    traits(name).tf32
+}
+
+/// True for a fp16/bf16/fp8 GEMM or convolution.
+pub fn is_low_precision_gemm(name: &str) -> bool {
+    traits(name).low_precision
 }
 
 #[cfg(test)]

@@ -264,9 +264,10 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         data_loader: ms(idle.data_loader_ns) / n,
     };
 
-    let kernels = kernel_stats(p, &timeline);
-    let (top_ops_gpu, top_ops_cpu) = op_times(p, &timeline);
-    let compute = compute_stats(p, &timeline);
+    let (kernels, ((top_ops_gpu, top_ops_cpu), compute)) = rayon::join(
+        || kernel_stats(p, &timeline),
+        || rayon::join(|| op_times(p, &timeline), || compute_stats(p, &timeline)),
+    );
     let device = p.main_device().map(|d| DeviceSummary {
         name: d.name.clone(),
         num_sms: d.num_sms,

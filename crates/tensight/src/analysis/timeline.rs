@@ -143,86 +143,99 @@ pub fn timeline(p: &Profile) -> Timeline {
     let syncs: Vec<u32> = (0..p.runtime.len() as u32)
         .filter(|&i| p.runtime[i as usize].kind == RuntimeKind::Sync)
         .collect();
-    for (si, s) in p.steps.iter().enumerate() {
-        let (lo, hi) = gpu_range(p, s);
-        t.gpu_in_steps.extend(lo as u32..hi as u32);
-        let acts = &p.gpu[lo..hi];
-        let mut m = StepMetrics {
-            name: s.name.clone(),
-            start_ns: s.start_ns,
-            dur_ns: s.dur_ns(),
-            gpu_busy_ns: 0,
-            kernels: 0,
-            kernel_ns: 0,
-            h2d: Default::default(),
-            d2h: Default::default(),
-            d2d: Default::default(),
-            memsets: 0,
-            idle: Default::default(),
-        };
-        for g in acts {
-            match g.copy_dir() {
-                Some(CopyDir::HtoD) => m.h2d.add(g),
-                Some(CopyDir::DtoH) => m.d2h.add(g),
-                Some(_) => m.d2d.add(g),
-                None if g.is_kernel() => {
-                    m.kernels += 1;
-                    m.kernel_ns += g.dur_ns;
-                }
-                None => m.memsets += 1,
-            }
-        }
-        let busy = merge_busy(acts, s.start_ns, s.end_ns);
-        m.gpu_busy_ns = busy.iter().map(|(a, b)| b - a).sum();
-        // Idle gaps: before the first interval, between intervals, after the last.
-        let mut cursor = s.start_ns;
-        let mut gaps = Vec::new();
-        for &(a, b) in &busy {
-            if a > cursor {
-                gaps.push((cursor, a));
-            }
-            cursor = cursor.max(b);
-        }
-        if s.end_ns > cursor {
-            gaps.push((cursor, s.end_ns));
-        }
-        t.idle_gaps.extend_from_slice(&gaps);
-        for (g0, g1) in gaps {
-            let mut idle = IdleBreakdown {
-                total_ns: g1 - g0,
-                ..Default::default()
+    // Steps are independent: measure them in parallel, then concatenate in order.
+    use rayon::prelude::*;
+    let per_step: Vec<_> = p
+        .steps
+        .par_iter()
+        .enumerate()
+        .map(|(si, s)| {
+            let (lo, hi) = gpu_range(p, s);
+            let acts = &p.gpu[lo..hi];
+            let mut m = StepMetrics {
+                name: s.name.clone(),
+                start_ns: s.start_ns,
+                dur_ns: s.dur_ns(),
+                gpu_busy_ns: 0,
+                kernels: 0,
+                kernel_ns: 0,
+                h2d: Default::default(),
+                d2h: Default::default(),
+                d2d: Default::default(),
+                memsets: 0,
+                idle: Default::default(),
             };
-            if sync_drained(p, &syncs, g0) {
-                idle.sync_ns = g1 - g0;
-            } else {
-                idle.transfer_ns = overlap(&memcpy_calls, g0, g1);
-                idle.data_loader_ns = overlap(&dl, g0, g1).min(idle.total_ns - idle.transfer_ns);
-                idle.cpu_ns = idle.total_ns - idle.transfer_ns - idle.data_loader_ns;
+            for g in acts {
+                match g.copy_dir() {
+                    Some(CopyDir::HtoD) => m.h2d.add(g),
+                    Some(CopyDir::DtoH) => m.d2h.add(g),
+                    Some(_) => m.d2d.add(g),
+                    None if g.is_kernel() => {
+                        m.kernels += 1;
+                        m.kernel_ns += g.dur_ns;
+                    }
+                    None => m.memsets += 1,
+                }
             }
-            m.idle.add(&idle);
-        }
-        // Sync points of this step.
-        for &ri in &syncs {
-            let r = &p.runtime[ri as usize];
-            if r.ts_ns < s.start_ns || r.ts_ns >= s.end_ns {
-                continue;
+            let busy = merge_busy(acts, s.start_ns, s.end_ns);
+            m.gpu_busy_ns = busy.iter().map(|(a, b)| b - a).sum();
+            // Idle gaps: before the first interval, between intervals, after the last.
+            let mut cursor = s.start_ns;
+            let mut gaps = Vec::new();
+            for &(a, b) in &busy {
+                if a > cursor {
+                    gaps.push((cursor, a));
+                }
+                cursor = cursor.max(b);
             }
-            let end = r.end_ns();
-            let next = busy
-                .iter()
-                .find(|&&(_, b)| b > end)
-                .map(|&(a, _)| a.max(end));
-            let idle_after = next.unwrap_or(s.end_ns).min(s.end_ns) - end;
-            t.syncs.push(SyncPoint {
-                api: r.name.to_string(),
-                runtime: ri,
-                op: r.op,
-                step: si,
-                ts_ns: r.ts_ns,
-                dur_ns: r.dur_ns,
-                gpu_idle_after_ns: idle_after.max(0),
-            });
-        }
+            if s.end_ns > cursor {
+                gaps.push((cursor, s.end_ns));
+            }
+            for &(g0, g1) in &gaps {
+                let mut idle = IdleBreakdown {
+                    total_ns: g1 - g0,
+                    ..Default::default()
+                };
+                if sync_drained(p, &syncs, g0) {
+                    idle.sync_ns = g1 - g0;
+                } else {
+                    idle.transfer_ns = overlap(&memcpy_calls, g0, g1);
+                    idle.data_loader_ns =
+                        overlap(&dl, g0, g1).min(idle.total_ns - idle.transfer_ns);
+                    idle.cpu_ns = idle.total_ns - idle.transfer_ns - idle.data_loader_ns;
+                }
+                m.idle.add(&idle);
+            }
+            // Sync points of this step.
+            let mut step_syncs = Vec::new();
+            for &ri in &syncs {
+                let r = &p.runtime[ri as usize];
+                if r.ts_ns < s.start_ns || r.ts_ns >= s.end_ns {
+                    continue;
+                }
+                let end = r.end_ns();
+                let next = busy
+                    .iter()
+                    .find(|&&(_, b)| b > end)
+                    .map(|&(a, _)| a.max(end));
+                let idle_after = next.unwrap_or(s.end_ns).min(s.end_ns) - end;
+                step_syncs.push(SyncPoint {
+                    api: r.name.to_string(),
+                    runtime: ri,
+                    op: r.op,
+                    step: si,
+                    ts_ns: r.ts_ns,
+                    dur_ns: r.dur_ns,
+                    gpu_idle_after_ns: idle_after.max(0),
+                });
+            }
+            ((lo, hi), m, gaps, step_syncs)
+        })
+        .collect();
+    for ((lo, hi), m, gaps, step_syncs) in per_step {
+        t.gpu_in_steps.extend(lo as u32..hi as u32);
+        t.idle_gaps.extend(gaps);
+        t.syncs.extend(step_syncs);
         t.steps.push(m);
     }
     t

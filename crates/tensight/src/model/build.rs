@@ -5,7 +5,7 @@
 //! linked to their launching op (External id) and runtime call (correlation).
 
 use super::{steps, CounterSeverity, CpuOp, Profile, PyFrame};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Sort, nest and link everything the reader pushed, then find the steps.
 pub fn finish(p: &mut Profile) {
@@ -161,7 +161,8 @@ pub(crate) fn enclosing_op(ops: &[CpuOp], range: (usize, usize), t: i64) -> Opti
 }
 
 fn link(p: &mut Profile) {
-    let mut by_ext: HashMap<i64, u32> = HashMap::with_capacity(p.ops.len());
+    let mut by_ext: HashMap<i64, u32> =
+        HashMap::with_capacity_and_hasher(p.ops.len(), Default::default());
     for (i, o) in p.ops.iter().enumerate() {
         if let Some(x) = o.external_id {
             // Keep the innermost (deepest) op when an id repeats.
@@ -173,7 +174,8 @@ fn link(p: &mut Profile) {
             }
         }
     }
-    let mut by_corr: HashMap<i64, u32> = HashMap::with_capacity(p.gpu.len());
+    let mut by_corr: HashMap<i64, u32> =
+        HashMap::with_capacity_and_hasher(p.gpu.len(), Default::default());
     for (i, g) in p.gpu.iter().enumerate() {
         if let Some(c) = g.correlation {
             by_corr.entry(c).or_insert(i as u32);

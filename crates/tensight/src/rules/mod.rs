@@ -368,19 +368,23 @@ pub struct SkippedRule {
 
 /// Run every rule and rank the findings.
 pub fn diagnose(ctx: &Context) -> Diagnosis {
-    let mut findings = Vec::new();
-    let mut skipped = Vec::new();
+    use rayon::prelude::*;
     let has_gpu = ctx.profile.has_gpu();
-    for r in REGISTRY {
-        if r.meta.needs_gpu && !has_gpu {
-            skipped.push(SkippedRule {
-                code: r.meta.code,
-                reason: "the trace has no GPU activity".into(),
-            });
-            continue;
-        }
-        findings.extend((r.check)(ctx));
-    }
+    let skipped: Vec<SkippedRule> = REGISTRY
+        .iter()
+        .filter(|r| r.meta.needs_gpu && !has_gpu)
+        .map(|r| SkippedRule {
+            code: r.meta.code,
+            reason: "the trace has no GPU activity".into(),
+        })
+        .collect();
+    // Rules are independent reads of the same model: run them in parallel; the sort
+    // below makes the order deterministic.
+    let mut findings: Vec<Finding> = REGISTRY
+        .par_iter()
+        .filter(|r| !(r.meta.needs_gpu && !has_gpu))
+        .flat_map_iter(|r| (r.check)(ctx))
+        .collect();
     findings.sort_by(|a, b| {
         b.saving_ms
             .total_cmp(&a.saving_ms)
