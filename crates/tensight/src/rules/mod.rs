@@ -382,7 +382,7 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
     // below makes the order deterministic.
     let mut findings: Vec<Finding> = REGISTRY
         .par_iter()
-        .filter(|r| !(r.meta.needs_gpu && !has_gpu))
+        .filter(|r| !r.meta.needs_gpu || has_gpu)
         .flat_map_iter(|r| (r.check)(ctx))
         .collect();
     findings.sort_by(|a, b| {
