@@ -141,7 +141,7 @@ pub fn timeline(p: &Profile) -> Timeline {
         .map(|r| (r.ts_ns, r.end_ns()))
         .collect();
     let syncs: Vec<u32> = (0..p.runtime.len() as u32)
-        .filter(|&i| p.runtime[i as usize].kind == RuntimeKind::Sync)
+        .filter(|&i| p.runtime[i as usize].kind == RuntimeKind::Sync && !made_by_tensight(p, i))
         .collect();
     // Steps are independent: measure them in parallel, then concatenate in order.
     use rayon::prelude::*;
@@ -239,6 +239,42 @@ pub fn timeline(p: &Profile) -> Timeline {
         t.steps.push(m);
     }
     t
+}
+
+/// True for a sync that tensight's collector made itself (it drains the GPU at the edges
+/// of the recorded window): inside a `tensight::` annotation, or under a Python frame of
+/// tensight's own package. Those are not the program's syncs.
+fn made_by_tensight(p: &Profile, runtime: u32) -> bool {
+    let r = &p.runtime[runtime as usize];
+    if let Some(op) = r.op {
+        if p.op_ancestors(op).any(|a| p.ops[a as usize].name.starts_with("tensight::")) {
+            return true;
+        }
+    }
+    // Frames are sorted by (pid, tid, start): the last one starting before the call,
+    // then its ancestors, are the frames that can enclose it.
+    let frames = &p.python_frames;
+    let n = frames.partition_point(|f| (f.pid, f.tid, f.ts_ns) <= (r.pid, r.tid, r.ts_ns));
+    let Some(last) = n.checked_sub(1) else {
+        return false;
+    };
+    if (frames[last].pid, frames[last].tid) != (r.pid, r.tid) {
+        return false;
+    }
+    let mut cur = Some(last as u32);
+    let mut hops = 0;
+    while let Some(i) = cur {
+        let f = &frames[i as usize];
+        if f.ts_ns <= r.ts_ns && r.ts_ns < f.end_ns() && f.name.contains("tensight/collect.py") {
+            return true;
+        }
+        cur = f.parent;
+        hops += 1;
+        if hops > 256 {
+            break;
+        }
+    }
+    false
 }
 
 /// Range of `p.gpu` (sorted by start) that starts inside the step.
