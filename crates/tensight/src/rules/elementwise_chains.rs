@@ -7,6 +7,7 @@ use super::{
 use crate::analysis::kernels::{classify, KernelClass};
 use crate::analysis::timeline::{gpu_range, overlap};
 use crate::model::{OpKind, Profile, RuntimeKind};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 
 /// Registration.
@@ -83,6 +84,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     }
     let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut multi = FxHashMap::default();
     let mut by_sig: BTreeMap<Vec<String>, Sig> = BTreeMap::new();
     let (mut kernel_ns, mut gpu_saved_ns, mut idle_ns, mut kernels) = (0i64, 0i64, 0i64, 0usize);
     for c in &chains {
@@ -100,11 +102,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
             }
         }
         // The host work fusion removes: the dispatch of every op but the kept kernel's.
-        let kept = dispatch_op(p, c.kernels[keep].0);
+        let kept = dispatch_op(p, c.kernels[keep].0, &mut multi);
         let mut removed: Vec<u32> = c
             .kernels
             .iter()
-            .filter_map(|&(gi, _)| dispatch_op(p, gi))
+            .filter_map(|&(gi, _)| dispatch_op(p, gi, &mut multi))
             .filter(|&o| Some(o) != kept)
             .collect();
         removed.sort_unstable();
@@ -291,12 +293,17 @@ fn launch_ns(p: &Profile, gi: u32) -> i64 {
 
 /// The op whose host time is the dispatch of kernel `gi` alone: the outermost op above
 /// its launching op that launched nothing else (counted by launch calls on its thread).
-fn dispatch_op(p: &Profile, gi: u32) -> Option<u32> {
+/// `multi` memoises, per op, whether it launched more than one thing.
+fn dispatch_op(p: &Profile, gi: u32, multi: &mut FxHashMap<u32, bool>) -> Option<u32> {
     let op = p.gpu[gi as usize].op?;
     let mut best = op;
     for a in p.op_ancestors(op) {
         let o = &p.ops[a as usize];
-        if o.kind != OpKind::Op || launches_in(p, o.tid, o.ts_ns, o.end_ns()) > 1 {
+        if o.kind != OpKind::Op
+            || *multi
+                .entry(a)
+                .or_insert_with(|| launches_in(p, o.tid, o.ts_ns, o.end_ns()) > 1)
+        {
             break;
         }
         best = a;

@@ -27,6 +27,48 @@ impl Launched {
             gpu_ns: vec![0; n],
             launches: vec![0; n],
         };
+        // Parents normally come before their children: then each op's own totals can be
+        // added up bottom-up in one pass instead of walking every ancestor chain.
+        let parents_first = p
+            .ops
+            .iter()
+            .enumerate()
+            .all(|(i, o)| o.parent.is_none_or(|q| (q as usize) < i));
+        if !parents_first {
+            return Self::of_by_ancestors(p, l);
+        }
+        for g in &p.gpu {
+            let Some(op) = g.op else { continue };
+            if let Some(x) = l.gpu_ns.get_mut(op as usize) {
+                *x += g.dur_ns.max(0);
+            }
+            if g.runtime.is_none() {
+                if let Some(c) = l.launches.get_mut(op as usize) {
+                    *c += 1;
+                }
+            }
+        }
+        for r in &p.runtime {
+            if !is_launch(r.kind) {
+                continue;
+            }
+            let Some(op) = r.op else { continue };
+            if let Some(c) = l.launches.get_mut(op as usize) {
+                *c += 1;
+            }
+        }
+        for i in (0..n).rev() {
+            if let Some(q) = p.ops[i].parent {
+                let (g, c) = (l.gpu_ns[i], l.launches[i]);
+                l.gpu_ns[q as usize] += g;
+                l.launches[q as usize] += c;
+            }
+        }
+        l
+    }
+
+    /// [`Launched::of`] for ops in any order: add each activity to every ancestor.
+    fn of_by_ancestors(p: &Profile, mut l: Launched) -> Launched {
         for g in &p.gpu {
             // Activities without a runtime call would otherwise be invisible below.
             let Some(op) = g.op else { continue };
@@ -42,14 +84,7 @@ impl Launched {
             }
         }
         for r in &p.runtime {
-            let launch = matches!(
-                r.kind,
-                RuntimeKind::Launch
-                    | RuntimeKind::GraphLaunch
-                    | RuntimeKind::Memcpy
-                    | RuntimeKind::Memset
-            );
-            let Some(op) = r.op.filter(|_| launch) else {
+            let Some(op) = r.op.filter(|_| is_launch(r.kind)) else {
                 continue;
             };
             for a in p.op_ancestors(op) {
@@ -66,6 +101,14 @@ impl Launched {
         self.launches.get(idx as usize).is_none_or(|&c| c == 0)
             && self.gpu_ns.get(idx as usize).is_none_or(|&g| g == 0)
     }
+}
+
+/// Launch-type runtime calls: kernel, graph, memcpy and memset launches.
+fn is_launch(k: RuntimeKind) -> bool {
+    matches!(
+        k,
+        RuntimeKind::Launch | RuntimeKind::GraphLaunch | RuntimeKind::Memcpy | RuntimeKind::Memset
+    )
 }
 
 /// Time of [lo, hi) during which the GPU was idle inside a step, ns.

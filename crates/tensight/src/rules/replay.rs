@@ -41,6 +41,14 @@ pub(super) fn saving_ns(p: &Profile, new_dur: &HashMap<u32, i64>) -> i64 {
     if lo >= hi {
         return 0;
     }
+    // The new durations as a dense table over the window (a hash lookup per activity
+    // costs more than building it).
+    let mut dense: Vec<Option<i64>> = vec![None; hi - lo];
+    for (&gi, &d) in new_dur {
+        if let Some(x) = (gi as usize).checked_sub(lo).and_then(|i| dense.get_mut(i)) {
+            *x = Some(d);
+        }
+    }
     // Blocking syncs in the window, by start.
     let mut syncs: Vec<(i64, i64)> = p
         .runtime
@@ -91,11 +99,7 @@ pub(super) fn saving_ns(p: &Profile, new_dur: &HashMap<u32, i64>) -> i64 {
         }
         let delay = (g.ts_ns - ready_orig).max(0);
         let start = (launch - shift).max(prev_new).max(dep_new) + delay;
-        let dur = new_dur
-            .get(&(gi as u32))
-            .copied()
-            .unwrap_or(g.dur_ns)
-            .clamp(0, g.dur_ns.max(0));
+        let dur = dense[gi - lo].unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
         let end = start + dur;
         streams.insert(key, (g.end_ns().max(prev_orig), end.max(prev_new)));
         let e = ends
