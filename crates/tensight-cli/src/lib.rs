@@ -44,6 +44,17 @@ enum Command {
         /// links tensors (ids, storages, shapes, strides, dtypes) to the ops.
         #[arg(long, value_name = "FILE")]
         et: Option<PathBuf>,
+        /// Nsight Compute CSV of the same program (`ncu --csv --page raw`, plain or
+        /// gzip): per-kernel hardware counters, aligned with the trace's kernels; enables
+        /// the rules that need a hardware pass (V001, M001–M003).
+        #[arg(long, value_name = "FILE")]
+        ncu: Option<PathBuf>,
+        /// Print the tensor forest of the execution trace (base tensors and their views,
+        /// with modelled traffic) instead of the report: a text tree (`--forest`),
+        /// Graphviz DOT (`--forest=dot`) or JSON (`--forest=json`).
+        #[arg(long, value_enum, value_name = "FORMAT", num_args = 0..=1,
+              require_equals = true, default_missing_value = "tree")]
+        forest: Option<ForestFormat>,
         #[command(flatten)]
         out: OutputArgs,
         /// Exit with code 1 when a finding is at least this severe.
@@ -105,6 +116,16 @@ enum Format {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum ForestFormat {
+    /// Each base tensor with its views drawn as a tree.
+    Tree,
+    /// Graphviz DOT: `dot -Tsvg forest.dot -o forest.svg`.
+    Dot,
+    /// Every tensor node, flat, with parent and children indices.
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
 enum ColorChoice {
     /// Colour when stdout is a terminal and NO_COLOR is unset.
     Auto,
@@ -144,6 +165,8 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
         Command::Analyze {
             path,
             et,
+            ncu,
+            forest,
             out,
             fail_on,
         } => {
@@ -168,13 +191,17 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                     rules::fmt_bytes(size as f64)
                 );
             }
-            let report = tensight::analyze_path_with_et(&path, et.as_deref());
+            let report = tensight::analyze_path_with(&path, et.as_deref(), ncu.as_deref());
             if progress {
                 eprint!("\r\x1b[2K");
             }
             let report = report?;
             for w in &report.warnings {
                 eprintln!("warning: {w}");
+            }
+            if let Some(ff) = forest {
+                emit_forest(&report, ff, &out)?;
+                return Ok(0);
             }
             emit(&report, &out)?;
             let threshold = fail_on.as_deref().and_then(Severity::parse);
@@ -226,6 +253,26 @@ fn use_color(choice: ColorChoice) -> bool {
     }
 }
 
+fn emit_forest(report: &Report, ff: ForestFormat, out: &OutputArgs) -> tensight::Result<()> {
+    let Some(f) = &report.metrics.tensors else {
+        return Err(tensight::Error::new(format!(
+            "{} has no execution trace: no tensor forest to print",
+            report.input
+        ))
+        .with_hint("analyze a bundle written by `tensight run`, or pass --et et.json.gz"));
+    };
+    let text = match ff {
+        ForestFormat::Dot => report::forest::dot(f),
+        ForestFormat::Json => {
+            let mut s = serde_json::to_string_pretty(f).unwrap_or_default();
+            s.push('\n');
+            s
+        }
+        ForestFormat::Tree => report::forest::text(f, &report.input, out.width),
+    };
+    write_out(&text, out)
+}
+
 fn emit(report: &Report, out: &OutputArgs) -> tensight::Result<()> {
     let text = match out.format {
         Format::Json => report::json::render(report),
@@ -240,6 +287,10 @@ fn emit(report: &Report, out: &OutputArgs) -> tensight::Result<()> {
             )
         }
     };
+    write_out(&text, out)
+}
+
+fn write_out(text: &str, out: &OutputArgs) -> tensight::Result<()> {
     match &out.output {
         Some(path) => {
             std::fs::write(path, text).map_err(|e| {
@@ -251,7 +302,7 @@ fn emit(report: &Report, out: &OutputArgs) -> tensight::Result<()> {
             eprintln!("tensight: report written to {}", path.display());
             Ok(())
         }
-        None => write_stdout(&text),
+        None => write_stdout(text),
     }
 }
 

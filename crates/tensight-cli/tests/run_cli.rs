@@ -200,7 +200,7 @@ mod unix {
         let out = stdout(&o);
         let json_part = out.strip_prefix("program output\n").expect("program first");
         let v: serde_json::Value = serde_json::from_str(json_part).expect("json on stdout");
-        assert_eq!(v["schema_version"], "1.1");
+        assert_eq!(v["schema_version"], tensight::report::json::SCHEMA_VERSION);
         let env =
             std::fs::read_to_string(tmp.path().join("tensight-runs/run-002/env.txt")).expect("env");
         assert!(env.contains("TENSIGHT_STOP=1"), "{env}");

@@ -27,9 +27,23 @@ pub fn analyze_path(path: &Path) -> Result<report::Report> {
 /// [`analyze_path`], also reading the execution trace `et` (recorded over the same
 /// window) and linking its tensors to the ops.
 pub fn analyze_path_with_et(path: &Path, et: Option<&Path>) -> Result<report::Report> {
+    analyze_path_with(path, et, None)
+}
+
+/// [`analyze_path_with_et`], also reading the Nsight Compute CSV `ncu`
+/// (`ncu --csv --page raw`, plain or gzip) and aligning its rows with the trace's kernels.
+pub fn analyze_path_with(
+    path: &Path,
+    et: Option<&Path>,
+    ncu: Option<&Path>,
+) -> Result<report::Report> {
     let mut loaded = read::load(path)?;
     if let Some(et) = et {
         read::execution_trace::attach(&mut loaded, et)?;
+    }
+    if let Some(ncu) = ncu {
+        let hw = read::ncu::read_file(ncu)?;
+        read::ncu::attach(&mut loaded.profile, hw);
     }
     Ok(diagnose(loaded, path.display().to_string()))
 }

@@ -233,6 +233,22 @@ impl TraceBuilder {
     }
 }
 
+impl TraceBuilder {
+    /// Analyse and diagnose the trace with an Nsight Compute CSV (plain or gzip)
+    /// aligned to it, as `tensight analyze TRACE --ncu FILE` does.
+    pub fn report_with_ncu(&self, ncu: &[u8]) -> Report {
+        let mut loaded = match crate::read::load_bytes("synthetic", &self.build()) {
+            Ok(l) => l,
+            Err(e) => panic!("synthetic trace did not load: {e}"),
+        };
+        match crate::read::ncu::parse_bytes("ncu", ncu) {
+            Ok(hw) => crate::read::ncu::attach(&mut loaded.profile, hw),
+            Err(e) => panic!("ncu CSV did not parse: {e}"),
+        }
+        crate::diagnose(loaded, "synthetic".into())
+    }
+}
+
 fn merge(into: &mut Value, from: Value) {
     if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
         for (k, v) in b {

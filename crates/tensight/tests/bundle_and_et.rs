@@ -178,7 +178,7 @@ fn report_shows_the_bundle() {
         "{t}"
     );
     let v = json::to_value(&r);
-    assert_eq!(v["schema_version"], "1.1");
+    assert_eq!(v["schema_version"], json::SCHEMA_VERSION);
     assert_eq!(v["bundle"]["program"]["status"], "crashed");
     assert_eq!(v["bundle"]["steps_recorded"], 3);
     assert_eq!(v["bundle"]["device"]["capability"][0], 9);

@@ -7,7 +7,9 @@
 //! Totals cover the analysed steps; "per step" figures are totals over the step count.
 
 pub mod devices;
+pub mod efficiency;
 pub mod flops;
+pub mod forest;
 pub mod kernels;
 pub mod timeline;
 
@@ -35,6 +37,9 @@ pub struct RunMetrics {
     pub compute: ComputeStats,
     /// The roofline position of the workload, when the device is known.
     pub roofline: Option<Roofline>,
+    /// The tensor forest of the execution trace with modelled traffic per tensor
+    /// (`None` without an execution trace).
+    pub tensors: Option<forest::Forest>,
 }
 
 /// The device and its ceilings.
@@ -264,8 +269,8 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         data_loader: ms(idle.data_loader_ns) / n,
     };
 
-    let (kernels, ((top_ops_gpu, top_ops_cpu), compute)) = rayon::join(
-        || kernel_stats(p, &timeline),
+    let ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), compute)) = rayon::join(
+        || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
         || rayon::join(|| op_times(p, &timeline), || compute_stats(p, &timeline)),
     );
     let device = p.main_device().map(|d| DeviceSummary {
@@ -287,6 +292,7 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         top_ops_cpu,
         compute,
         roofline,
+        tensors,
     }
 }
 

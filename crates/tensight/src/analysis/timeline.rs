@@ -247,7 +247,9 @@ pub fn timeline(p: &Profile) -> Timeline {
 fn made_by_tensight(p: &Profile, runtime: u32) -> bool {
     let r = &p.runtime[runtime as usize];
     if let Some(op) = r.op {
-        if p.op_ancestors(op).any(|a| p.ops[a as usize].name.starts_with("tensight::")) {
+        if p.op_ancestors(op)
+            .any(|a| p.ops[a as usize].name.starts_with("tensight::"))
+        {
             return true;
         }
     }

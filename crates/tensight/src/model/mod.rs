@@ -13,6 +13,7 @@
 
 mod build;
 mod classify;
+pub mod hardware;
 pub mod steps;
 
 pub use build::finish;
@@ -58,6 +59,10 @@ pub struct Profile {
     pub execution_trace: Option<ExecTrace>,
     /// What the bundle's manifest says about the run (`None` for a bare trace).
     pub bundle: Option<BundleInfo>,
+    /// Nsight Compute counters per kernel, aligned with `gpu` (`None` without a
+    /// hardware pass: `analyze --ncu FILE` or a bundle's `files.ncu`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<hardware::Hardware>,
 }
 
 /// Facts about the trace as a whole.

@@ -8,7 +8,8 @@
 //! (the hint says to upgrade); unknown fields are ignored and fields of the wrong type
 //! read as absent, so newer minor versions load. A missing or unreadable execution
 //! trace is a warning, not an error: the timeline alone still makes a report.
-//! It does not read the Nsight Compute file (`files.ncu`) yet.
+//! The Nsight Compute file (`files.ncu`), when present, is read and aligned
+//! ([`super::ncu`]).
 
 use super::{execution_trace, load_file, Loaded};
 use crate::error::{Error, Result};
@@ -288,7 +289,18 @@ pub fn load(dir: &Path) -> Result<Loaded> {
             ));
         }
     }
+    let ncu = info.files.ncu.clone();
     apply_manifest(&mut loaded, info);
+    if let Some(name) = ncu {
+        let f = dir.join(&name);
+        match super::ncu::read_file(&f) {
+            Ok(hw) => super::ncu::attach(&mut loaded.profile, hw),
+            Err(e) => loaded.warnings.push(format!(
+                "hardware counters not used (rules that need them are skipped): {}",
+                e.message
+            )),
+        }
+    }
     Ok(loaded)
 }
 

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.1",
+//!   "schema_version": "1.2",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
 //!   "bundle": {                                // since 1.1; null unless a bundle was read
@@ -59,6 +59,16 @@
 //!                 "ridge_flop_per_byte", "intensity_flop_per_byte", "bound",
 //!                 "achieved_tflops", "attainable_tflops", "pct_of_attainable",
 //!                 "bandwidth_util_pct", "compute_util_pct" } | null,
+//!   "tensors": {                               // since 1.2; null without an execution trace
+//!     "modelled": true,                        // bytes from shapes/strides, not measured
+//!     "window": str,                           // what was attributed (the ET step)
+//!     "tensors", "base_tensors", "views": int, // the tensor forest
+//!     "storage_splits": int,                   // reused storage ids split into lifetimes
+//!     "untracked": int,                        // tensors no recorded op made, on a live base
+//!     "attributed_ops": int, "attributed_ms", "unattributed_ms": float,
+//!     "bytes": int, "wasted_bytes": int,       // modelled; wasted = excess 32-B sectors
+//!     "by_traffic": [ Tensor ],                // top 10 base tensors by subtree bytes
+//!     "by_wasted": [ Tensor ] } | null,        // top 10 by subtree wasted bytes
 //!   "diagnosis": {
 //!     "primary_bottleneck": Finding | null,    // largest estimated saving
 //!     "bottlenecks": [ Finding ],              // largest saving first
@@ -70,13 +80,24 @@
 //!             "saving_ms", "saving_pct", "estimate",
 //!             "evidence": [ { "label", "value" } ], "explanation",
 //!             "fixes": [str], "locations": [ { "op"?, "kernel"?, "tensor"?, "source"? } ] }
+//! Tensor = { "tensor_id", "storage_id": int, "device", "dtype": str, "shape", "strides": [int],
+//!            "offset", "numel": int,
+//!            "layout": "contiguous"|"channels_last"|"transposed"|"strided"|"expanded"
+//!                      |"overlapping"|"unknown",
+//!            "relation": "base"|"view"|"alias"|"untracked",
+//!            "created_by": { "op": str, "et_node": int, "source": str|null } | null,
+//!            "first_use", "last_use": int,      // execution-trace node ids
+//!            "traffic": Traffic,                // through this tensor
+//!            "subtree": Traffic,                // through it and its views
+//!            "views": [ Tensor ] }
+//! Traffic = { "accesses", "bytes", "ideal_bytes", "wasted_bytes": int, "time_ms": float }
 //! ```
 
 use super::Report;
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.1";
+pub const SCHEMA_VERSION: &str = "1.2";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
@@ -179,6 +200,7 @@ pub fn to_value(r: &Report) -> Value {
             "modelled": true,
         },
         "roofline": m.roofline,
+        "tensors": m.tensors.as_ref().map(|f| super::forest::summary_json(f, 10)),
         "diagnosis": {
             "primary_bottleneck": primary,
             "bottlenecks": r.diagnosis.findings,

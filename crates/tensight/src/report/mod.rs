@@ -6,6 +6,7 @@
 //! schema). Rendering never computes metrics; it only formats them. Output is
 //! deterministic: no wall-clock time, sorted collections.
 
+pub mod forest;
 pub mod json;
 pub mod terminal;
 

@@ -21,6 +21,7 @@ pub fn render(r: &Report, o: RenderOptions) -> String {
     bottlenecks(&mut out, r, &t);
     timeline(&mut out, r, &t);
     kernels(&mut out, r, &t);
+    tensors(&mut out, r, &t);
     recommendations(&mut out, r, &t);
     import(&mut out, r, &t);
     out
@@ -685,6 +686,73 @@ fn kernels(out: &mut String, r: &Report, t: &Term) {
     let _ = writeln!(out, "\nKernel durations: {}", hist.join(" · "));
 }
 
+/// Base tensors by modelled traffic and by wasted traffic, with their view trees.
+fn tensors(out: &mut String, r: &Report, t: &Term) {
+    let Some(f) = &r.metrics.tensors else {
+        return;
+    };
+    t.section(out, "TENSORS");
+    let a = &f.attribution;
+    out.push_str(&wrap(
+        &format!(
+            "{} tensors ({} base, {} views) in the execution trace. Modelled from shapes \
+             and strides, not measured, over {}: {} moved by {} ops, {} of it excess \
+             sectors of non-contiguous access; {} of kernel time split by bytes.",
+            f.nodes.len(),
+            f.roots.len(),
+            f.views(),
+            a.window,
+            fmt_bytes(a.bytes as f64),
+            a.ops,
+            fmt_bytes(a.wasted_bytes as f64),
+            fmt_ms(a.attributed_ns as f64 / 1e6)
+        ),
+        t.w,
+        "",
+    ));
+    let opts = super::forest::TreeOptions {
+        width: t.w,
+        with_traffic_only: true,
+        max_children: 4,
+    };
+    let by_traffic = f.top_roots(|x| x.bytes, 3);
+    let by_waste = f.top_roots(|x| x.wasted_bytes, 3);
+    for (title, list) in [
+        ("By traffic", &by_traffic),
+        ("By wasted traffic", &by_waste),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{}:", t.bold(title));
+        for &root in list.iter() {
+            let sub = &f.nodes[root as usize].subtree;
+            let _ = writeln!(
+                out,
+                "{}",
+                t.dim(&format!(
+                    "{} through the tree ({} wasted), {}",
+                    fmt_bytes(sub.bytes as f64),
+                    fmt_bytes(sub.wasted_bytes as f64),
+                    fmt_ms(sub.time_ns / 1e6)
+                ))
+            );
+            super::forest::tree(out, f, root, opts);
+        }
+    }
+    if by_traffic.is_empty() {
+        let _ = writeln!(
+            out,
+            "No GPU work of the execution trace's ops to attribute."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        t.dim("`tensight analyze PATH --forest` prints every tree (`--forest=dot`: Graphviz).")
+    );
+}
+
 fn recommendations(out: &mut String, r: &Report, t: &Term) {
     let urgent: Vec<&Finding> = r
         .diagnosis
@@ -748,14 +816,20 @@ fn import(out: &mut String, r: &Report, t: &Term) {
             "",
         ));
     }
-    if !skipped.is_empty() {
-        let codes: Vec<&str> = skipped.iter().map(|s| s.code).collect();
+    let mut reasons: Vec<&str> = Vec::new();
+    for s in skipped {
+        if !reasons.contains(&s.reason.as_str()) {
+            reasons.push(&s.reason);
+        }
+    }
+    for reason in reasons {
+        let codes: Vec<&str> = skipped
+            .iter()
+            .filter(|s| s.reason == reason)
+            .map(|s| s.code)
+            .collect();
         out.push_str(&wrap(
-            &format!(
-                "skipped rules ({}): {}",
-                skipped[0].reason,
-                codes.join(", ")
-            ),
+            &format!("skipped rules ({reason}): {}", codes.join(", ")),
             t.w,
             "",
         ));

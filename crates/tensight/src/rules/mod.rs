@@ -21,13 +21,17 @@ mod host_work;
 mod kernel_diversity;
 mod late_gpu_migration;
 mod launch_bound;
+mod low_l2_hit_rate;
 mod memory_near_capacity;
 mod misaligned_gemm_shapes;
 mod no_autocast;
+mod non_contiguous_view_access;
+mod occupancy_limited;
 mod pageable_memcpy;
 mod replay;
 mod roofline_position;
 mod small_grids;
+mod uncoalesced_global_access;
 
 use crate::analysis::RunMetrics;
 use crate::model::Profile;
@@ -334,6 +338,10 @@ pub static REGISTRY: &[Rule] = &[
     misaligned_gemm_shapes::RULE,
     no_autocast::RULE,
     elementwise_chains::RULE,
+    uncoalesced_global_access::RULE,
+    low_l2_hit_rate::RULE,
+    occupancy_limited::RULE,
+    non_contiguous_view_access::RULE,
     kernel_diversity::RULE,
     memory_near_capacity::RULE,
     allocator_churn::RULE,
@@ -366,23 +374,39 @@ pub struct SkippedRule {
     pub reason: String,
 }
 
+/// Codes of the rules that read Nsight Compute counters: without a hardware pass
+/// they are skipped, and said so, rather than run.
+pub const NEEDS_HARDWARE: [&str; 4] = ["M001", "M002", "M003", "V001"];
+
+/// Whether rule `meta` reads hardware counters ([`NEEDS_HARDWARE`]).
+pub fn needs_hardware(meta: &RuleMeta) -> bool {
+    NEEDS_HARDWARE.contains(&meta.code)
+}
+
 /// Run every rule and rank the findings.
 pub fn diagnose(ctx: &Context) -> Diagnosis {
     use rayon::prelude::*;
     let has_gpu = ctx.profile.has_gpu();
+    let has_hw = ctx.profile.hardware.is_some();
+    let runs = |m: &RuleMeta| (!m.needs_gpu || has_gpu) && (has_hw || !needs_hardware(m));
     let skipped: Vec<SkippedRule> = REGISTRY
         .iter()
-        .filter(|r| r.meta.needs_gpu && !has_gpu)
+        .filter(|r| !runs(r.meta))
         .map(|r| SkippedRule {
             code: r.meta.code,
-            reason: "the trace has no GPU activity".into(),
+            reason: if r.meta.needs_gpu && !has_gpu {
+                "the trace has no GPU activity".into()
+            } else {
+                "needs a hardware pass, from `tensight run --hardware` or `analyze --ncu FILE`"
+                    .into()
+            },
         })
         .collect();
     // Rules are independent reads of the same model: run them in parallel; the sort
     // below makes the order deterministic.
     let mut findings: Vec<Finding> = REGISTRY
         .par_iter()
-        .filter(|r| !r.meta.needs_gpu || has_gpu)
+        .filter(|r| runs(r.meta))
         .flat_map_iter(|r| (r.check)(ctx))
         .collect();
     findings.sort_by(|a, b| {

@@ -1,0 +1,180 @@
+//! Hardware counters per kernel, from an Nsight Compute pass (`ncu --csv --page raw`).
+//!
+//! One [`HwKernel`] per profiled kernel launch, every metric optional (ncu collects
+//! what it was asked for and what the GPU supports). [`Hardware`] holds them in launch
+//! order with their alignment to the trace's kernels ([`HwKernel::gpu`]) and the
+//! counters of what could not be used. Read by [`crate::read::ncu`]; efficiency is
+//! derived in [`crate::analysis::efficiency`].
+
+use serde::Serialize;
+
+/// One kernel launch as Nsight Compute measured it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct HwKernel {
+    /// Row `ID` (launch order within the ncu run).
+    pub id: u64,
+    /// Kernel name as ncu printed it (demangled, sometimes without namespaces).
+    pub name: String,
+    /// Grid dimensions (blocks).
+    pub grid: [u32; 3],
+    /// Block dimensions (threads).
+    pub block: [u32; 3],
+    /// NVTX push/pop range the kernel ran in (`tensight_step`), when recorded.
+    pub nvtx: Option<String>,
+    /// `gpu__time_duration.sum`, ns (under ncu: serialized, caches flushed per pass).
+    pub duration_ns: Option<f64>,
+    /// `dram__bytes_read.sum`, bytes.
+    pub dram_read_bytes: Option<f64>,
+    /// `dram__bytes_write.sum`, bytes.
+    pub dram_write_bytes: Option<f64>,
+    /// `l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`: 32-byte sectors loaded.
+    pub ld_sectors: Option<f64>,
+    /// `l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum`: warp-level load requests.
+    pub ld_requests: Option<f64>,
+    /// `l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum`: 32-byte sectors stored.
+    pub st_sectors: Option<f64>,
+    /// `l1tex__t_requests_pipe_lsu_mem_global_op_st.sum`: warp-level store requests.
+    pub st_requests: Option<f64>,
+    /// `lts__t_sector_hit_rate.pct`: L2 hit rate, %.
+    pub l2_hit_pct: Option<f64>,
+    /// `sm__warps_active.avg.pct_of_peak_sustained_active`: achieved occupancy, %.
+    pub achieved_occupancy_pct: Option<f64>,
+    /// `sm__maximum_warps_per_active_cycle_pct`: theoretical occupancy, %.
+    pub theoretical_occupancy_pct: Option<f64>,
+    /// `sm__throughput.avg.pct_of_peak_sustained_elapsed`: SM throughput, % of peak.
+    pub sm_throughput_pct: Option<f64>,
+    /// `gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed`, % of peak.
+    pub memory_throughput_pct: Option<f64>,
+    /// `sm__pipe_tensor_op_*_cycles_active.avg.pct_of_peak_sustained_active`, %.
+    pub tensor_pipe_pct: Option<f64>,
+    /// `smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio`: cycles a warp
+    /// spent waiting on L1TEX (global, local, texture) results, per warp, as ncu reports it.
+    pub long_scoreboard_stall: Option<f64>,
+    /// `launch__registers_per_thread`.
+    pub registers_per_thread: Option<f64>,
+    /// `launch__shared_mem_per_block_allocated` (static + dynamic + driver), bytes.
+    pub shared_mem_per_block: Option<f64>,
+    /// `launch__occupancy_limit_registers`: blocks per SM the registers allow.
+    pub occupancy_limit_registers: Option<f64>,
+    /// `launch__occupancy_limit_shared_mem`: blocks per SM shared memory allows.
+    pub occupancy_limit_shared_mem: Option<f64>,
+    /// `launch__occupancy_limit_warps`: blocks per SM the warp slots allow.
+    pub occupancy_limit_warps: Option<f64>,
+    /// `launch__occupancy_limit_blocks`: blocks per SM the block slots allow.
+    pub occupancy_limit_blocks: Option<f64>,
+    /// `sm__maximum_warps_avg_per_active_cycle` / theoretical %: warp slots per SM.
+    pub max_warps_per_sm: Option<f64>,
+    /// Index into [`crate::model::Profile::gpu`] of the trace kernel this row measured
+    /// (`None` when it matched none).
+    pub gpu: Option<u32>,
+}
+
+impl HwKernel {
+    /// `(name key, grid, block)`: what identifies a kernel across ncu and the trace.
+    pub fn signature(&self) -> (String, [u32; 3], [u32; 3]) {
+        (kernel_key(&self.name), self.grid, self.block)
+    }
+    /// Load sectors per request, when both are known and requests > 0.
+    pub fn ld_sectors_per_request(&self) -> Option<f64> {
+        ratio(self.ld_sectors?, self.ld_requests?)
+    }
+    /// Store sectors per request, when both are known and requests > 0.
+    pub fn st_sectors_per_request(&self) -> Option<f64> {
+        ratio(self.st_sectors?, self.st_requests?)
+    }
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0).then(|| a / b)
+}
+
+/// How ncu rows were matched with the trace's kernels.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Alignment {
+    /// How the rows were placed: `step ProfilerStep#3 (best match of 5 steps)`,
+    /// `longest common subsequence over the whole trace`.
+    pub method: String,
+    /// The trace step the rows were aligned to, if any.
+    pub step: Option<String>,
+    /// Kernels of that step (or of the trace) in the trace.
+    pub trace_kernels: usize,
+    /// ncu rows matched to a trace kernel.
+    pub matched: usize,
+    /// ncu rows that matched no trace kernel.
+    pub unmatched_rows: usize,
+    /// Trace kernels of the aligned window that no row matched.
+    pub unmatched_trace_kernels: usize,
+    /// Trace kernels (any step) given a row's counters through a shared signature
+    /// (same name, grid and block) rather than their own profiled launch.
+    pub applied_by_signature: usize,
+}
+
+/// The hardware pass: per-kernel counters and how they map onto the trace.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Hardware {
+    /// The file read.
+    pub source: String,
+    /// Rows in launch order.
+    pub kernels: Vec<HwKernel>,
+    /// Distinct (full name, grid, block) signatures among the rows: profiling each once
+    /// would need this many launches instead of `kernels.len()`.
+    pub signatures: usize,
+    /// Metric columns present (name → unit), sorted.
+    pub metrics: Vec<(String, String)>,
+    /// Alignment with the trace.
+    pub alignment: Alignment,
+    /// For each [`crate::model::Profile::gpu`] entry, the row whose counters apply
+    /// (own launch or same signature); empty before alignment.
+    pub by_gpu: Vec<Option<u32>>,
+    /// Rows skipped and why (`ncu_row_without_kernel_name`, ...), as counts.
+    pub skipped: Vec<(String, u64)>,
+}
+
+impl Hardware {
+    /// The row whose counters apply to trace activity `gpu_idx`.
+    pub fn for_gpu(&self, gpu_idx: usize) -> Option<&HwKernel> {
+        let r = (*self.by_gpu.get(gpu_idx)?)?;
+        self.kernels.get(r as usize)
+    }
+}
+
+/// A kernel's name reduced to what both ncu and Kineto agree on: the function's base
+/// name (no `void`, namespaces, template arguments or parameters). ncu may print
+/// `vectorized_elementwise_kernel<4, ...>(int, T2, T3)` where Kineto prints
+/// `void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`; grid and block
+/// tell launches of one base name apart.
+pub fn kernel_key(name: &str) -> String {
+    let mut s = name.trim();
+    if let Some(r) = s.strip_prefix("void ") {
+        s = r;
+    }
+    let cleaned = s
+        .replace("(anonymous namespace)", "anon")
+        .replace("<unnamed>", "anon")
+        .replace("unnamed>", "anon");
+    let end = cleaned.find(['<', '(']).unwrap_or(cleaned.len());
+    let head = &cleaned[..end];
+    let base = head.rsplit("::").next().unwrap_or(head).trim();
+    base.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_key;
+
+    #[test]
+    fn keys_agree_across_demanglings() {
+        let ncu = "void vectorized_elementwise_kernel<4, CUDAFunctorOnSelf_add<float>, std::array<char *, 2>>(int, T2, T3)";
+        let kineto = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)";
+        assert_eq!(kernel_key(ncu), kernel_key(kineto));
+        assert_eq!(kernel_key(ncu), "vectorized_elementwise_kernel");
+        assert_eq!(
+            kernel_key("void at::<unnamed>::multi_tensor_apply_kernel<X>(T)"),
+            kernel_key("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<Y>(Z)")
+        );
+        assert_eq!(
+            kernel_key("sm80_xmma_fprop_implicit_gemm"),
+            "sm80_xmma_fprop_implicit_gemm"
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! V001 non-contiguous-view-access: a kernel reads a non-contiguous view (a transpose,
+//! permute, slice or channels-last tensor) across its strides, and the hardware pass
+//! measures the cost: more 32-byte sectors per request than the access width needs.
+
+use super::{
+    ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
+};
+use crate::analysis::efficiency::{self, Attributed};
+use crate::analysis::forest::is_view_op;
+use crate::model::Profile;
+
+/// Registration.
+pub const RULE: Rule = Rule { meta: &META, check };
+
+static META: RuleMeta = RuleMeta {
+    code: "V001",
+    name: "non-contiguous-view-access",
+    category: Category::Views,
+    status: Status::Preview,
+    since: "0.2.0",
+    needs_gpu: true,
+    doc: r#"## What it detects
+A kernel whose op reads a non-contiguous view (strides that are not the contiguous ones
+for its shape: `x.t()`, `permute`, `transpose`, a strided slice, a channels-last tensor
+read as NCHW) and whose global loads and stores, measured by Nsight Compute, move at least
+twice the 32-byte sectors its access width needs. Needs a hardware pass (`tensight run
+--hardware`, or `tensight analyze TRACE --ncu ncu.csv`); without one it is skipped.
+
+## Why it costs time
+A warp request of 32 consecutive 4-byte values touches 4 sectors; the same request
+walking down a column touches 32, one per thread, and moves 8× the bytes to use the same
+values. Elementwise and copy kernels are bound by those bytes, so the time grows with
+them. The view itself is free; the kernels that read it across its strides pay, every
+time they read it.
+
+## Example
+`c = x.t().contiguous()` on a 4096×4096 fp32 tensor on an H200: the copy loads 16.8 M
+sectors in 524 K requests, 32 sectors per request against an ideal of 4, and runs 125 µs
+where a contiguous copy of the same bytes runs 31.6 µs.
+
+## Fix
+```python
+# before: every step reads the transposed view across its strides
+y = x.t().contiguous()          # or: some_elementwise(a, b.t())
+# after: materialize once, outside the loop, when the source does not change
+xt = x.t().contiguous()
+# or: have the producer write the layout the consumer reads
+#     (e.g. compute b already transposed, or pass transposed operands to matmul,
+#     which handles strides without a copy)
+# for convolutions: model = model.to(memory_format=torch.channels_last)
+#                   x = x.to(memory_format=torch.channels_last)
+```
+
+## Thresholds
+Fires when a kernel's measured sectors (loads + stores) are at least 2× the ideal for
+its access width (ideal sectors per request = bytes per thread access: 4 for fp32, 16 for
+`float4`), the excess is at least 1 MiB, and the launching op (or one enclosing it) has a
+non-contiguous tensor input. The estimated saving is the kernel time × (1 − ideal /
+measured sectors) per step: the share of its traffic that the layout wastes, assuming
+the kernel is bound by the sectors it moves.
+
+## References
+- CUDA C++ Best Practices Guide, "Coalesced access to global memory".
+- Nsight Compute Kernel Profiling Guide, "Memory Workload Analysis" (sectors per request).
+- PyTorch: `Tensor.contiguous`, `torch.channels_last` memory format tutorial.
+"#,
+};
+
+/// Excess factor from which a kernel's access counts as wasteful.
+pub(crate) const MIN_FACTOR: f64 = 2.0;
+/// Excess bytes from which it is reported.
+pub(crate) const MIN_EXCESS_BYTES: f64 = 1024.0 * 1024.0;
+
+fn check(ctx: &Context) -> Vec<Finding> {
+    let p = ctx.profile;
+    efficiency::attributed(p, ctx.steps(), MIN_FACTOR)
+        .into_iter()
+        .filter(|a| a.view.is_some() && a.eff.excess_bytes >= MIN_EXCESS_BYTES)
+        .map(|a| finding(ctx, p, &a))
+        .collect()
+}
+
+fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
+    let e = &a.eff;
+    let view = a.view.as_ref().map(|v| v.describe(p)).unwrap_or_default();
+    let reader = a.view.as_ref().map(|v| v.op).or(a.op);
+    let mut loc = reader.map(|o| op_location(p, o)).unwrap_or_default();
+    loc.kernel = Some(e.name.clone());
+    loc.tensor = Some(view.clone());
+    let creator = reader.and_then(|o| view_creator(p, o));
+    let created = creator
+        .map(|c| {
+            let l = op_location(p, c);
+            match l.source {
+                Some(s) => format!("{} at {s}", l.op.unwrap_or_default()),
+                None => l.op.unwrap_or_default(),
+            }
+        })
+        .unwrap_or_else(|| {
+            "not recorded (profile with record_shapes=True, with_stack=True)".into()
+        });
+    let spr = e
+        .ld_sectors_per_request
+        .filter(|&s| s > e.ideal_sectors_per_request)
+        .or(e.st_sectors_per_request)
+        .unwrap_or(0.0);
+    let cost_ms = a.cost_ns() / 1e6;
+    let mut locations = vec![loc];
+    if let Some(c) = creator {
+        locations.push(op_location(p, c));
+    }
+    Draft {
+        title: format!("A {} view is read across its strides", a.view.as_ref().map(|v| v.layout).unwrap_or("non-contiguous")),
+        message: format!(
+            "{view} is read by {} at {spr:.0} sectors per request against an ideal {:.0} ({:.1}× the traffic, {} excess); it costs an estimated {} per step",
+            short(&e.name),
+            e.ideal_sectors_per_request,
+            e.excess_factor,
+            fmt_bytes(e.excess_bytes),
+            fmt_ms(cost_ms)
+        ),
+        saving_ms: cost_ms,
+        estimate: "kernel time × (1 − ideal / measured sectors), loads and stores, per step (the kernel is taken as bound by the sectors it moves)".into(),
+        evidence: vec![
+            ev("view", view.clone()),
+            ev("created by (nearest view op before it)", created),
+            ev("kernel", e.name.clone()),
+            ev("load sectors per request", fmt_opt(e.ld_sectors_per_request)),
+            ev("store sectors per request", fmt_opt(e.st_sectors_per_request)),
+            ev("ideal sectors per request", format!("{:.0} ({:.0}-byte accesses, width from the {})", e.ideal_sectors_per_request, e.access_bytes, if e.access_source == "name" { "kernel name" } else { "widest vector access" })),
+            ev("excess traffic", fmt_bytes(e.excess_bytes)),
+            ev("kernel time per step", fmt_ms(a.time_per_step_ns / 1e6)),
+            ev("long-scoreboard stall (cycles per warp)", fmt_opt(e.long_scoreboard_stall)),
+        ],
+        explanation: format!(
+            "Each warp request of this kernel touches {spr:.0} sectors of 32 bytes where {:.0} would carry the same values: the threads of a warp read addresses a stride apart, so most of every sector is fetched and thrown away. The view costs nothing to create; its readers pay {:.1}× the traffic.",
+            e.ideal_sectors_per_request, e.excess_factor
+        ),
+        fixes: vec![
+            "Materialize the view once (`.contiguous()` outside the loop) when its source does not change between reads.".into(),
+            "Change the producer so it writes the layout the consumer reads (compute the transposed result directly; matmul accepts transposed operands without a copy).".into(),
+            "For convolution nets: `model.to(memory_format=torch.channels_last)` and the input likewise, so no NCHW↔NHWC copies run.".into(),
+        ],
+        locations,
+    }
+    .finish(&META, ctx)
+}
+
+/// The nearest view op before op `reader` on its thread whose first input has as many
+/// elements as the view: the likely creator (the forest names it exactly).
+fn view_creator(p: &Profile, reader: u32) -> Option<u32> {
+    let r = p.ops.get(reader as usize)?;
+    let top = p.top_level_op(reader);
+    let start = p.ops.get(top as usize).map(|o| o.ts_ns).unwrap_or(r.ts_ns);
+    (0..reader as usize)
+        .rev()
+        .take(512)
+        .filter(|&i| {
+            let o = &p.ops[i];
+            o.tid == r.tid && o.pid == r.pid && o.ts_ns <= start && is_view_op(&o.name)
+        })
+        .map(|i| i as u32)
+        .next()
+}
+
+fn short(name: &str) -> String {
+    let k = crate::model::hardware::kernel_key(name);
+    if k.is_empty() {
+        name.chars().take(60).collect()
+    } else {
+        k
+    }
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1}"))
+        .unwrap_or_else(|| "not collected".into())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::testing::{codes, TraceBuilder};
+    use serde_json::json;
+
+    pub(crate) const PROBE_NCU: &[u8] =
+        include_bytes!("../../../../tests/fixtures/h200-probe/ncu_raw.csv.gz");
+
+    /// The probe's program as a trace: randn, `x + 1`, `x.t() + 1`, `x.t().contiguous()`.
+    pub(crate) fn probe_trace(with_copy: bool) -> TraceBuilder {
+        let mut b = TraceBuilder::new();
+        b.step(1, 0.0, 1_000.0);
+        b.frame("ncu_recorded_by.py(2): <module>", 1.0, 40.0);
+        let r = b.op_with("aten::randn", 1.0, 20.0, json!({"Input Dims": [[]]}));
+        b.kernel("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, void>(long, at::PhiloxCudaState, T3, T4)", r, 5.0, 10.0, 55.0, [1056, 1, 1], [256, 1, 1]);
+        let a = b.op_with(
+            "aten::add",
+            100.0,
+            10.0,
+            json!({"Input Dims": [[4096, 4096], []], "Input Strides": [[4096, 1], []]}),
+        );
+        b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)", a, 102.0, 110.0, 31.5, [16384, 1, 1], [128, 1, 1]);
+        b.frame("ncu_recorded_by.py(8): <module>", 200.0, 20.0);
+        b.op_with(
+            "aten::t",
+            200.0,
+            3.0,
+            json!({"Input Dims": [[4096, 4096]], "Input Strides": [[4096, 1]]}),
+        );
+        let a2 = b.op_with(
+            "aten::add",
+            205.0,
+            10.0,
+            json!({"Input Dims": [[4096, 4096], []], "Input Strides": [[1, 4096], []]}),
+        );
+        b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)", a2, 207.0, 150.0, 31.6, [16384, 1, 1], [128, 1, 1]);
+        if with_copy {
+            b.frame("ncu_recorded_by.py(9): <module>", 300.0, 40.0);
+            b.op_with(
+                "aten::t",
+                300.0,
+                3.0,
+                json!({"Input Dims": [[4096, 4096]], "Input Strides": [[4096, 1]]}),
+            );
+            b.op_with(
+                "aten::contiguous",
+                305.0,
+                30.0,
+                json!({"Input Dims": [[4096, 4096], []], "Input Strides": [[1, 4096], []]}),
+            );
+            b.op_with(
+                "aten::clone",
+                306.0,
+                28.0,
+                json!({"Input Dims": [[4096, 4096], []], "Input Strides": [[1, 4096], []]}),
+            );
+            let c = b.op_with("aten::copy_", 310.0, 20.0, json!({"Input Dims": [[4096, 4096], [4096, 4096], []], "Input Strides": [[4096, 1], [1, 4096], []]}));
+            b.kernel("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<float>)", c, 312.0, 200.0, 125.2, [65536, 1, 1], [128, 1, 1]);
+        }
+        b
+    }
+
+    #[test]
+    fn fires_on_the_transposed_copy() {
+        let r = probe_trace(true).report_with_ncu(PROBE_NCU);
+        let hw = r.profile.hardware.as_ref().expect("hardware attached");
+        assert_eq!(hw.alignment.matched, 4, "{:?}", hw.alignment);
+        assert_eq!(hw.alignment.unmatched_rows, 0);
+        let v: Vec<_> = r
+            .diagnosis
+            .findings
+            .iter()
+            .filter(|f| f.code == "V001")
+            .collect();
+        assert_eq!(v.len(), 1, "{:?}", codes(&r));
+        let f = v[0];
+        assert!(
+            f.message
+                .contains("[4096, 4096] strides [1, 4096] (transposed)"),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message
+                .contains("32 sectors per request against an ideal 4"),
+            "{}",
+            f.message
+        );
+        assert!(f.locations[0]
+            .kernel
+            .as_deref()
+            .unwrap_or("")
+            .contains("elementwise_kernel<128"));
+        // 125.2 µs × (1 − 4.19 M / 18.87 M) ≈ 97 µs; the measured fix saves 125 − 31.6 = 93.6 µs.
+        assert!(
+            (f.saving_ms - 0.0974).abs() < 0.002,
+            "saving {}",
+            f.saving_ms
+        );
+        let created = f
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("created by"))
+            .map(|e| e.value.clone());
+        assert_eq!(
+            created.as_deref(),
+            Some("aten::t at ncu_recorded_by.py(9): <module>")
+        );
+    }
+
+    #[test]
+    fn silent_on_the_dense_and_transposed_adds() {
+        // Kernels 1–2 read at 16 sectors per request with 16-byte loads: ideal.
+        let r = probe_trace(false).report_with_ncu(PROBE_NCU);
+        assert!(!codes(&r).contains(&"V001"), "{:?}", codes(&r));
+        assert!(!codes(&r).contains(&"M001"), "{:?}", codes(&r));
+    }
+
+    #[test]
+    fn skipped_without_hardware() {
+        let r = probe_trace(true).report();
+        assert!(!codes(&r).contains(&"V001"));
+        let s = r
+            .diagnosis
+            .skipped
+            .iter()
+            .find(|s| s.code == "V001")
+            .expect("V001 skipped");
+        assert!(s.reason.contains("needs a hardware pass"), "{}", s.reason);
+    }
+}
