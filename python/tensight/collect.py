@@ -873,8 +873,137 @@ def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+class HardwareCollector(Collector):
+    """``tensight run --hardware``'s second run, under Nsight Compute: no profiler; step
+    K (``TENSIGHT_HARDWARE_STEP``, counted as the window counts: step K runs between
+    boundaries K-1 and K) is wrapped in the NVTX range ``tensight_step`` that ncu's
+    ``--nvtx-include tensight_step/`` selects. Writes only ``ncu_range.json`` (whether the
+    range closed) into the bundle, never the manifest or a trace."""
+
+    RANGE = "tensight_step"
+
+    def __init__(self, bundle: str | os.PathLike[str], step: int, *, stop: bool) -> None:
+        super().__init__(bundle, steps=1, warmup=0, stop=stop, auto=True, speculate=False)
+        self.hw_step = max(1, int(step))
+        self.range = "none"  # -> open -> closed
+
+    def install(self) -> None:
+        global _active
+        _active = self
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+
+        self._handles.append(optim_module.register_optimizer_step_post_hook(self._on_opt_step))
+        self._fwd_handles.append(nn_module.register_module_forward_pre_hook(self._on_fwd_pre))
+        try:
+            h = nn_module.register_module_forward_hook(self._on_fwd_post, always_call=True)
+        except TypeError:
+            h = nn_module.register_module_forward_hook(self._on_fwd_post)
+        self._fwd_handles.append(h)
+        if self.hw_step == 1:
+            self._push()
+
+    def _push(self) -> None:
+        _sync()
+        _nvtx(self.RANGE)
+        self.range = "open"
+
+    def _switch_to_optimizer(self) -> None:
+        if self.mode == "forward" and self.range == "open":  # forward steps were wrong
+            _sync()
+            _nvtx(None)
+            self.range = "none"
+        super()._switch_to_optimizer()
+        if self.hw_step == 1 and self.range == "none":
+            self._push()
+
+    def _boundary(self) -> None:
+        self.count += 1
+        if self.range == "open" and self.count >= self.hw_step:
+            _sync()  # the step's kernels ran inside the range
+            _nvtx(None)
+            self.range = "closed"
+            self.state = "done"
+            self.remove_hooks()
+            self.finish("completed", 0, None)
+            say(f"hardware pass: {self.mode} step {self.count} wrapped in NVTX range {self.RANGE}")
+            if self.stop:
+                say("stopping the program (--stop)")
+                if threading.current_thread() is threading.main_thread():
+                    raise SystemExit(0)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+        elif self.range == "none" and self.count == self.hw_step - 1:
+            self._push()
+
+    def finish(self, status: str, exit_code: int | None, error: str | None) -> None:
+        global _active
+        with self._lock:
+            self.finished = True
+            self.enabled = False
+            self.remove_hooks()
+            if _active is self:
+                _active = None
+            self.write_manifest(status, exit_code, error)
+
+    def write_manifest(self, status: str, exit_code: int | None, error: str | None) -> None:
+        """Not the manifest (the first run's): ``ncu_range.json``."""
+        try:
+            data = json.dumps({"step": self.hw_step, "range": self.range,
+                               "detection": self.mode, "steps_seen": self.count,
+                               "program": status})
+            tmp = self.bundle / "ncu_range.json.tmp"
+            tmp.write_text(data + "\n", encoding="utf-8")
+            os.replace(tmp, self.bundle / "ncu_range.json")
+        except Exception as e:  # noqa: BLE001
+            say(f"could not write ncu_range.json ({type(e).__name__}: {e})")
+
+    def _at_exit(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        if self.range != "closed":
+            self.finish("completed", 0, None)
+            say(f"hardware pass: the program ended after {self.count} steps, "
+                f"before step {self.hw_step}")
+
+
+_nvtx_missing = False
+
+
+def _nvtx(push: str | None) -> None:
+    """``range_push(push)``, or ``range_pop()`` for None; a build without NVTX (CPU-only
+    torch) is said once."""
+    global _nvtx_missing
+    try:
+        if push is None:
+            torch.cuda.nvtx.range_pop()
+        else:
+            torch.cuda.nvtx.range_push(push)
+    except Exception as e:  # noqa: BLE001 - never break the program
+        if not _nvtx_missing:
+            _nvtx_missing = True
+            say(f"hardware pass: no NVTX range ({type(e).__name__}: {e})")
+
+
+def _sync() -> None:
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def install_from_env() -> Collector:
     """Install the collector described by the TENSIGHT_* environment (``tensight run``)."""
+    if os.environ.get("TENSIGHT_HARDWARE") == "1":
+        hw = HardwareCollector(os.environ["TENSIGHT_BUNDLE"],
+                               step=_env_int("TENSIGHT_HARDWARE_STEP",
+                                             max(1, _env_int("TENSIGHT_WARMUP", 3, 0)) + 1, 1),
+                               stop=os.environ.get("TENSIGHT_STOP", "0") == "1")
+        hw.install()
+        hw.install_exit_handlers()
+        return hw
     c = Collector(
         os.environ["TENSIGHT_BUNDLE"],
         steps=_env_int("TENSIGHT_STEPS", 5, 1),

@@ -5,6 +5,7 @@
 //! (`tensight analyze x | head`) exits 0.
 
 mod demo;
+mod hardware;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -10,6 +10,8 @@
 //! The contract with the collector (python/tensight) is environment variables:
 //! `PYTHONPATH=$TENSIGHT_BOOT_DIR:<old PYTHONPATH>`, `TENSIGHT_BUNDLE` (absolute bundle
 //! folder), `TENSIGHT_STEPS`, `TENSIGHT_WARMUP`, `TENSIGHT_STOP` (`1` or `0`).
+//! With `--hardware` the program then runs again under Nsight Compute (see
+//! `hardware.rs`; `TENSIGHT_HARDWARE=1`, `TENSIGHT_HARDWARE_STEP=K`) before the analysis.
 //! `TENSIGHT_BOOT_DIR` and `TENSIGHT_PYTHON` are set by the `tensight` console script
 //! of the Python package before it hands argv to this crate; without them (the bare
 //! cargo binary) `run` and `bench` refuse with an install instruction.
@@ -70,6 +72,15 @@ struct RecordArgs {
     /// Format of the report on stdout (the bundle gets report.txt and report.json).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Then run the program a second time under Nsight Compute (`ncu` on PATH or
+    /// $TENSIGHT_NCU) for one step: per-kernel hardware counters (ncu.csv.gz in the
+    /// bundle). GPU clocks are left as they are (--clock-control none).
+    #[arg(long)]
+    hardware: bool,
+    /// The step that --hardware profiles (default: the first after the warm-up).
+    #[arg(long, value_name = "K", requires = "hardware",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    hardware_step: Option<u64>,
 }
 
 /// `tensight run`.
@@ -158,13 +169,15 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
             dir.display()
         );
     }
+    let env: Vec<(&'static str, OsString)> = vec![
+        ("PYTHONPATH", pythonpath),
+        ("TENSIGHT_BUNDLE", abs.clone().into_os_string()),
+        ("TENSIGHT_STEPS", r.steps.to_string().into()),
+        ("TENSIGHT_WARMUP", r.warmup.to_string().into()),
+        ("TENSIGHT_STOP", if stop { "1" } else { "0" }.into()),
+    ];
     let mut cmd = Command::new(program);
-    cmd.args(program_args)
-        .env("PYTHONPATH", pythonpath)
-        .env("TENSIGHT_BUNDLE", &abs)
-        .env("TENSIGHT_STEPS", r.steps.to_string())
-        .env("TENSIGHT_WARMUP", r.warmup.to_string())
-        .env("TENSIGHT_STOP", if stop { "1" } else { "0" });
+    cmd.args(program_args).envs(env.iter().map(|(k, v)| (k, v)));
     let guard = signals::install();
     let child = cmd.spawn();
     let mut child = match child {
@@ -213,6 +226,17 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
         });
         print_error(&err);
         return Ok(if code != 0 { code } else { 2 });
+    }
+
+    if r.hardware {
+        // The collector's warm-up: W boundaries (W = 0 acts as 1), then the step to profile.
+        let step = r.hardware_step.unwrap_or(r.warmup.max(1) + 1);
+        crate::hardware::run(&crate::hardware::Pass {
+            bundle: &abs,
+            command: &command,
+            env,
+            step,
+        });
     }
 
     if tty {

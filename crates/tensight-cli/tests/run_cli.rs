@@ -232,6 +232,96 @@ mod unix {
         assert!(empty.join("report.json").is_file());
     }
 
+    /// A fake `ncu`: saves its argv, writes the recorded CSV to --log-file and the
+    /// collector's range note (the program itself is not run).
+    const FAKE_NCU: &str = r#"#!/bin/sh
+[ "$1" = "--version" ] && { echo "Version 2099.1 (fake)"; exit 0; }
+printf '%s\n' "$@" > "$TENSIGHT_BUNDLE/ncu_args.txt"
+while [ "$1" != "--log-file" ]; do shift; done
+gzip -dc "$FAKE_CSV" > "$2"
+echo '{"range": "closed", "steps_seen": 4, "detection": "optimizer"}' > "$TENSIGHT_BUNDLE/ncu_range.json"
+"#;
+
+    #[test]
+    fn hardware_pass_composes_ncu_and_records_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ncu = tmp.path().join("ncu");
+        std::fs::write(&ncu, FAKE_NCU).expect("write");
+        std::fs::set_permissions(&ncu, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let out = tmp.path().join("b");
+        let o = run(tensight(tmp.path())
+            .env("TENSIGHT_BOOT_DIR", tmp.path())
+            .env("TENSIGHT_NCU", &ncu)
+            .env("FAKE_CSV", fixture("h200-probe/ncu_raw.csv.gz"))
+            .args(["run", "--warmup", "2", "--hardware", "--out"])
+            .arg(&out)
+            .arg("--")
+            .args(fake_program(tmp.path())));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert!(stdout(&o).contains("GPU PERFORMANCE DIAGNOSIS REPORT"));
+        assert!(
+            err.contains("hardware: recorded for step 3 (4 kernels"),
+            "{err}"
+        );
+        let args = std::fs::read_to_string(out.join("ncu_args.txt")).expect("args");
+        let args: Vec<&str> = args.lines().collect();
+        for w in [
+            ["--clock-control", "none"],
+            ["--nvtx-include", "tensight_step/"],
+            ["--page", "raw"],
+        ] {
+            assert!(args.windows(2).any(|p| p == w), "{w:?} in {args:?}");
+        }
+        assert!(args.contains(&"--nvtx") && args.contains(&"--csv"));
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("m"))
+                .expect("json");
+        assert_eq!(m["files"]["ncu"], "ncu.csv.gz");
+        assert_eq!(m["hardware"]["status"], "recorded");
+        assert_eq!(m["hardware"]["step"], 3);
+        assert_eq!(m["hardware"]["ncu_version"], "Version 2099.1 (fake)");
+        assert!(out.join("ncu.csv.gz").is_file() && out.join("ncu.log").is_file());
+        // No ncu: one note, the run still succeeds with its report.
+        let out2 = tmp.path().join("c");
+        let o = run(tensight(tmp.path())
+            .env("TENSIGHT_BOOT_DIR", tmp.path())
+            .env_remove("TENSIGHT_NCU")
+            .env("PATH", "/usr/bin:/bin")
+            .args(["run", "--hardware", "--hardware-step", "5", "--out"])
+            .arg(&out2)
+            .arg("--")
+            .args(fake_program(tmp.path())));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert_eq!(
+            err.matches(
+                "hardware pass skipped: ncu not found (install Nsight Compute or set TENSIGHT_NCU)"
+            )
+            .count(),
+            1,
+            "{err}"
+        );
+        assert!(stdout(&o).contains("GPU PERFORMANCE DIAGNOSIS REPORT"));
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out2.join("manifest.json")).expect("m"))
+                .expect("json");
+        assert_eq!(m["hardware"]["status"], "skipped");
+        assert_eq!(m["hardware"]["step"], 5);
+        assert!(m["files"]["ncu"].is_null());
+    }
+
+    #[test]
+    fn hardware_step_needs_hardware() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let o = run(tensight(tmp.path())
+            .env("TENSIGHT_BOOT_DIR", tmp.path())
+            .args(["run", "--hardware-step", "2", "--", "true"]));
+        assert_eq!(o.status.code(), Some(2));
+        assert!(stderr(&o).contains("--hardware"), "{}", stderr(&o));
+    }
+
     #[test]
     fn nothing_recorded_says_why_and_keeps_the_programs_code() {
         let tmp = tempfile::tempdir().expect("tmp");

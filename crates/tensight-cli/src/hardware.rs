@@ -1,0 +1,359 @@
+//! `tensight run --hardware`: the program's second run, under Nsight Compute, for one step.
+//!
+//! After the normal run wrote the bundle, the program runs again as
+//! `ncu --clock-control none --target-processes all --nvtx --nvtx-include tensight_step/
+//! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- CMD...` with
+//! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no
+//! profile and instead wraps step K in the NVTX range `tensight_step` (then stops the
+//! program if `--stop`), and writes `ncu_range.json` saying whether the range closed.
+//! ncu writes its CSV (and its `==PROF==` lines, which the reader skips) to the
+//! `--log-file`; the program's own stdout and stderr (and any ncu message that misses
+//! the log file) go to `ncu.log`, so nothing corrupts the CSV. The CSV is gzipped to
+//! `ncu.csv.gz`; the manifest gets `files.ncu` and `hardware` (status `recorded`,
+//! `skipped` or `failed`, reason, step, ncu_version, wall_s), replaced atomically.
+//! Never fatal: a missing ncu is a note, a failure a warning, and the run goes on.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The metrics the engine reads (read/ncu.rs). Each kernel is replayed until all are
+/// collected; one unknown name makes ncu refuse, so only names valid on Hopper.
+pub(crate) const METRICS: &[&str] = &[
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "lts__t_sector_hit_rate.pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "sm__maximum_warps_avg_per_active_cycle",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_allocated",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+];
+
+/// The NVTX range the collector pushes around the chosen step.
+pub(crate) const RANGE: &str = "tensight_step";
+const CSV: &str = "ncu.csv";
+const CSV_GZ: &str = "ncu.csv.gz";
+const LOG: &str = "ncu.log";
+const MARK: &str = "ncu_range.json";
+
+/// What the second run needs from the first.
+pub(crate) struct Pass<'a> {
+    pub bundle: &'a Path,
+    pub command: &'a [OsString],
+    /// The environment of the first run (PYTHONPATH, TENSIGHT_*).
+    pub env: Vec<(&'static str, OsString)>,
+    pub step: u64,
+}
+
+/// How the pass ended, for the manifest and the one stderr line.
+struct Outcome {
+    status: &'static str,
+    reason: Option<String>,
+    kernels: Option<usize>,
+    signatures: Option<usize>,
+    version: Option<String>,
+}
+
+impl Outcome {
+    fn failed(reason: String) -> Self {
+        Outcome {
+            status: "failed",
+            reason: Some(reason),
+            kernels: None,
+            signatures: None,
+            version: None,
+        }
+    }
+}
+
+/// `$TENSIGHT_NCU`, else `ncu` on PATH.
+fn find_ncu() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TENSIGHT_NCU").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("ncu"))
+        .find(|p| is_executable(p))
+}
+
+#[cfg(unix)]
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(p: &Path) -> bool {
+    p.is_file()
+}
+
+/// ncu's arguments before `--` and the program.
+pub(crate) fn ncu_args(csv: &Path) -> Vec<OsString> {
+    let mut a: Vec<OsString> = [
+        "--clock-control",
+        "none",
+        "--target-processes",
+        "all",
+        "--nvtx",
+        "--nvtx-include",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    a.push(format!("{RANGE}/").into());
+    for x in ["--csv", "--page", "raw", "--metrics"] {
+        a.push(x.into());
+    }
+    a.push(METRICS.join(",").into());
+    a.push("--log-file".into());
+    a.push(csv.into());
+    a
+}
+
+/// Run the pass and record it in the manifest; one line on stderr says how it went.
+pub(crate) fn run(pass: &Pass) {
+    let t0 = Instant::now();
+    let outcome = match find_ncu() {
+        None => Outcome {
+            status: "skipped",
+            reason: Some("ncu not found (install Nsight Compute or set TENSIGHT_NCU)".to_string()),
+            kernels: None,
+            signatures: None,
+            version: None,
+        },
+        Some(ncu) => profile(pass, &ncu),
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    match (outcome.status, &outcome.reason) {
+        ("skipped", Some(r)) => eprintln!("tensight: hardware pass skipped: {r}"),
+        ("failed", Some(r)) => eprintln!("warning: hardware pass failed: {r}"),
+        _ => {
+            let k = outcome.kernels.unwrap_or(0);
+            let s = outcome.signatures.unwrap_or(k);
+            let once = if s > 0 && s < k {
+                format!(
+                    "; {s} distinct signatures: profiling each once would take ~{:.0}% of that",
+                    100.0 * s as f64 / k as f64
+                )
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "tensight: hardware: recorded for step {} ({k} kernel{} in {wall:.0} s{once})",
+                pass.step,
+                if k == 1 { "" } else { "s" }
+            );
+        }
+    }
+    if let Err(e) = update_manifest(pass, &outcome, wall) {
+        eprintln!("warning: failed to record the hardware pass in the manifest: {e}");
+    }
+}
+
+fn profile(pass: &Pass, ncu: &Path) -> Outcome {
+    let version = ncu_version(ncu);
+    let csv = pass.bundle.join(CSV);
+    let mark = pass.bundle.join(MARK);
+    let _ = std::fs::remove_file(&mark);
+    let log = match std::fs::File::create(pass.bundle.join(LOG)) {
+        Ok(f) => f,
+        Err(e) => return Outcome::failed(format!("cannot create {LOG}: {e}")),
+    };
+    let log2 = match log.try_clone() {
+        Ok(f) => f,
+        Err(e) => return Outcome::failed(format!("cannot open {LOG}: {e}")),
+    };
+    let mut cmd = Command::new(ncu);
+    cmd.args(ncu_args(&csv))
+        .arg("--")
+        .args(pass.command)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .env("TENSIGHT_HARDWARE", "1")
+        .env("TENSIGHT_HARDWARE_STEP", pass.step.to_string());
+    for (k, v) in &pass.env {
+        cmd.env(k, v);
+    }
+    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        eprintln!(
+            "tensight: hardware pass: running the program again under {} for step {} (output in {})",
+            ncu.display(),
+            pass.step,
+            pass.bundle.join(LOG).display()
+        );
+    }
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            return Outcome {
+                version,
+                ..Outcome::failed(format!("cannot start {}: {e}", ncu.display()))
+            }
+        }
+    };
+    let failed = |reason: String| Outcome {
+        version: version.clone(),
+        ..Outcome::failed(reason)
+    };
+    let log_text = std::fs::read_to_string(pass.bundle.join(LOG)).unwrap_or_default();
+    let csv_text = std::fs::read_to_string(&csv).unwrap_or_default();
+    if let Some(why) = ncu_error(&log_text).or_else(|| ncu_error(&csv_text)) {
+        return failed(why);
+    }
+    let range = range_note(&mark, pass.step);
+    let _ = std::fs::remove_file(&mark);
+    if let Err(why) = range {
+        return failed(why);
+    }
+    if !status.success() {
+        let how = status
+            .code()
+            .map_or("was killed by a signal".to_string(), |c| {
+                format!("exited with code {c}")
+            });
+        return failed(format!("ncu {how} (see {LOG} in the bundle)"));
+    }
+    let hw = match tensight::read::ncu::read_file(&csv) {
+        Ok(h) => h,
+        Err(e) => {
+            return failed(format!(
+                "{} (ncu wrote no usable CSV; see {LOG})",
+                e.message
+            ))
+        }
+    };
+    if hw.kernels.is_empty() {
+        return failed(format!(
+            "ncu profiled no kernels in step {} (see {LOG})",
+            pass.step
+        ));
+    }
+    if let Err(e) = gzip(&csv, &pass.bundle.join(CSV_GZ)) {
+        return failed(format!("cannot compress {CSV}: {e}"));
+    }
+    Outcome {
+        status: "recorded",
+        reason: None,
+        kernels: Some(hw.kernels.len()),
+        signatures: Some(hw.signatures),
+        version,
+    }
+}
+
+/// `ncu --version`'s last line (`Version 2025.1.0.0 (build ...)`).
+fn ncu_version(ncu: &Path) -> Option<String> {
+    let out = Command::new(ncu)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
+/// The first `==ERROR==` line of ncu, with a hint for the usual one.
+fn ncu_error(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("==ERROR=="))?;
+    let msg = line.trim_start_matches("==ERROR==").trim();
+    if text.contains("ERR_NVGPUCTRPERM") {
+        return Some(format!(
+            "{msg} (no permission for GPU performance counters: run as root, or set the \
+             NVreg_RestrictProfilingToAdminUsers=0 driver option; see \
+             https://developer.nvidia.com/ERR_NVGPUCTRPERM)"
+        ));
+    }
+    Some(format!("ncu: {msg} (see {LOG} in the bundle)"))
+}
+
+/// What the collector wrote about the range: Ok when step K's range closed.
+fn range_note(mark: &Path, step: u64) -> Result<(), String> {
+    let Ok(bytes) = std::fs::read(mark) else {
+        return Err(format!(
+            "the collector did not run under ncu (no {MARK}): was the program a Python program that imports torch?"
+        ));
+    };
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("unreadable {MARK}: {e}"))?;
+    if v.get("range").and_then(|r| r.as_str()) == Some("closed") {
+        return Ok(());
+    }
+    let seen = v.get("steps_seen").and_then(|s| s.as_u64()).unwrap_or(0);
+    let mode = v.get("detection").and_then(|s| s.as_str()).unwrap_or("no");
+    Err(format!(
+        "the program ended after {seen} {mode} steps, before step {step} ended: choose an earlier --hardware-step"
+    ))
+}
+
+fn gzip(src: &Path, dst: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dst.with_extension("gz.tmp");
+    let data = std::fs::read(src)?;
+    let mut enc =
+        flate2::write::GzEncoder::new(std::fs::File::create(&tmp)?, flate2::Compression::new(6));
+    enc.write_all(&data)?;
+    enc.finish()?.sync_all()?;
+    std::fs::rename(&tmp, dst)?;
+    std::fs::remove_file(src)
+}
+
+fn update_manifest(pass: &Pass, o: &Outcome, wall: f64) -> Result<(), String> {
+    let path = pass.bundle.join(tensight::read::bundle::MANIFEST);
+    let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+    let obj = v.as_object_mut().ok_or("the manifest is not an object")?;
+    let recorded = o.status == "recorded";
+    obj.insert(
+        "hardware".into(),
+        serde_json::json!({
+            "status": o.status,
+            "reason": o.reason,
+            "step": pass.step,
+            "kernels": o.kernels,
+            "signatures": o.signatures,
+            "ncu_version": o.version,
+            "wall_s": (wall * 10.0).round() / 10.0,
+        }),
+    );
+    if let Some(files) = obj.get_mut("files").and_then(|f| f.as_object_mut()) {
+        files.insert(
+            "ncu".into(),
+            if recorded {
+                CSV_GZ.into()
+            } else {
+                serde_json::Value::Null
+            },
+        );
+    }
+    if let Some(opts) = obj.get_mut("options").and_then(|f| f.as_object_mut()) {
+        opts.insert("hardware".into(), recorded.into());
+    }
+    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text + "\n").map_err(|e| e.to_string())?;
+    std::fs::rename(&tmp, &path).map_err(|e| e.to_string())
+}

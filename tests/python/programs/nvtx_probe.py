@@ -1,0 +1,35 @@
+"""Training loop that logs NVTX pushes/pops with the iteration they fall in:
+`nvtx_probe.py [ITERATIONS]`. Prints `nvtx push NAME at I` / `nvtx pop at I` on stderr
+(I counts from 1; a push between iterations I-1 and I says I) and `train: done N`."""
+
+import sys
+
+import torch
+from torch import nn
+
+iterations = int(sys.argv[1]) if len(sys.argv) > 1 else 12
+current = 1
+
+
+def push(name: str) -> int:
+    print(f"nvtx push {name} at {current}", file=sys.stderr)
+    return 0
+
+
+def pop() -> int:
+    print(f"nvtx pop at {current}", file=sys.stderr)
+    return 0
+
+
+torch.cuda.nvtx.range_push = push
+torch.cuda.nvtx.range_pop = pop
+model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for i in range(1, iterations + 1):
+    current = i
+    loss = model(torch.randn(4, 8)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    current = i + 1
+print(f"train: done {iterations}")

@@ -1,0 +1,131 @@
+"""`tensight run --hardware`: the second run under Nsight Compute, with a fake `ncu`
+(tests/python/programs/fake_ncu.py; no GPU here) and the real collector on CPU torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from helpers import TENSIGHT, assert_full_report, assert_no_crash
+from test_collect import PROGRAMS, collected
+
+FAKE_NCU = PROGRAMS / "fake_ncu.py"
+# The metrics read by crates/tensight/src/read/ncu.rs.
+ENGINE_METRICS = (
+    "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "lts__t_sector_hit_rate.pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",
+    "launch__registers_per_thread", "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+)
+SKIPPED = "hardware pass skipped: ncu not found (install Nsight Compute or set TENSIGHT_NCU)"
+
+
+def tensight_run(tmp: Path, *args: str, env: dict[str, str] | None = None,
+                 iterations: int = 40) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp / "bundle"
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TENSIGHT_", "FAKE_NCU"))}
+    full["PYTHONWARNINGS"] = "ignore"
+    full.update(env or {})
+    r = subprocess.run([TENSIGHT, "run", "--steps", "2", "--warmup", "1", "--out", str(out),
+                        *args, "--", sys.executable, str(PROGRAMS / "train_cpu.py"),
+                        str(iterations)],
+                       capture_output=True, text=True, env=full, timeout=300, check=False)
+    assert_no_crash(r)
+    return r, out
+
+
+def manifest(bundle: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
+    return data
+
+
+def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
+    args_file = tmp_path / "ncu_args.json"
+    r, bundle = tensight_run(tmp_path, "--hardware", "--stop",
+                             env={"TENSIGHT_NCU": str(FAKE_NCU), "FAKE_NCU_ARGS": str(args_file)})
+    assert r.returncode == 0, r.stderr
+    assert_full_report(r.stdout)
+    assert r.stdout.count("train: start") == 1, "the second run's output goes to ncu.log"
+    argv: list[str] = json.loads(args_file.read_text(encoding="utf-8"))
+    opts = argv[:argv.index("--")]
+    pairs = {opts[i]: opts[i + 1] for i in range(len(opts) - 1)}
+    assert pairs["--clock-control"] == "none"
+    assert pairs["--nvtx-include"] == "tensight_step/" and "--nvtx" in opts
+    assert pairs["--page"] == "raw" and "--csv" in opts
+    assert set(ENGINE_METRICS) <= set(pairs["--metrics"].split(","))
+    assert pairs["--log-file"] == str((bundle / "ncu.csv").resolve())
+    assert argv[argv.index("--") + 1:] == [sys.executable, str(PROGRAMS / "train_cpu.py"), "40"]
+    m = manifest(bundle)
+    hw = m["hardware"]
+    assert hw["status"] == "recorded" and hw["reason"] is None, hw
+    assert hw["step"] == 2 and hw["kernels"] == 4, hw  # W=1: the step after the warm-up
+    assert hw["ncu_version"] == "Version 2099.1.0.0 (fake)"
+    assert isinstance(hw["wall_s"], float)
+    assert m["files"]["ncu"] == "ncu.csv.gz" and m["options"]["hardware"] is True
+    assert m["files"]["trace"] == "trace.json.gz"  # the first run's bundle is intact
+    assert (bundle / "ncu.csv.gz").is_file() and not (bundle / "ncu.csv").exists()
+    assert not (bundle / "ncu_range.json").exists()
+    log = (bundle / "ncu.log").read_text(encoding="utf-8")
+    assert "train: start" in log and "train: done" not in log, log  # --stop after step 2
+    assert "optimizer step 2 wrapped in NVTX range tensight_step" in log, log
+    assert "tensight: hardware: recorded for step 2 (4 kernels" in r.stderr, r.stderr
+
+
+def test_missing_ncu_is_a_note_and_the_run_succeeds(tmp_path: Path) -> None:
+    path = os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+    r, bundle = tensight_run(tmp_path, "--hardware", env={"PATH": path}, iterations=8)
+    assert r.returncode == 0, r.stderr
+    assert_full_report(r.stdout)
+    assert r.stderr.count(SKIPPED) == 1, r.stderr
+    hw = manifest(bundle)["hardware"]
+    assert hw["status"] == "skipped" and "ncu not found" in hw["reason"], hw
+    assert manifest(bundle)["files"]["ncu"] is None
+    assert not (bundle / "ncu.log").exists()
+
+
+def test_failing_ncu_is_recorded_with_its_reason(tmp_path: Path) -> None:
+    r, bundle = tensight_run(tmp_path, "--hardware", iterations=8,
+                             env={"TENSIGHT_NCU": str(FAKE_NCU), "FAKE_NCU_FAIL": "1"})
+    assert r.returncode == 0, r.stderr
+    assert_full_report(r.stdout)
+    hw = manifest(bundle)["hardware"]
+    assert hw["status"] == "failed" and "ERR_NVGPUCTRPERM" in hw["reason"], hw
+    assert "permission" in hw["reason"]
+    assert manifest(bundle)["files"]["ncu"] is None
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("warning: hardware pass failed")]
+
+
+def test_a_step_after_the_end_fails_with_a_hint(tmp_path: Path) -> None:
+    r, bundle = tensight_run(tmp_path, "--hardware", "--hardware-step", "50", iterations=8,
+                             env={"TENSIGHT_NCU": str(FAKE_NCU)})
+    assert r.returncode == 0, r.stderr
+    hw = manifest(bundle)["hardware"]
+    assert hw["status"] == "failed" and hw["step"] == 50, hw
+    assert "ended after 8 optimizer steps, before step 50" in hw["reason"], hw
+
+
+def test_the_collector_wraps_step_k_in_an_nvtx_range(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    r = collected(bundle, "nvtx_probe.py", "10", stop=True,
+                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4"})
+    assert r.returncode == 0, r.stderr
+    nvtx = [ln for ln in r.stderr.splitlines() if ln.startswith("nvtx ")]
+    # pushed at the end of step 3 (boundary 3), popped at the end of step 4
+    assert nvtx == ["nvtx push tensight_step at 3", "nvtx pop at 4"], r.stderr
+    assert "train: done" not in r.stdout  # --stop
+    assert sorted(p.name for p in bundle.iterdir()) == ["ncu_range.json"]  # no profile
+    mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
+    assert mark == {"step": 4, "range": "closed", "detection": "optimizer", "steps_seen": 4,
+                    "program": "completed"}
