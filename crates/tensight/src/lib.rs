@@ -63,10 +63,7 @@ pub fn analyze_bundle_bytes(name: &str, manifest: &[u8], trace: &[u8]) -> Result
 /// Analyse and diagnose a loaded profile.
 pub fn diagnose(loaded: read::Loaded, input: String) -> report::Report {
     let metrics = analysis::analyze(&loaded.profile);
-    let diagnosis = rules::diagnose(&rules::Context {
-        profile: &loaded.profile,
-        metrics: &metrics,
-    });
+    let diagnosis = rules::diagnose(&rules::Context::new(&loaded.profile, &metrics));
     report::Report {
         profile: loaded.profile,
         metrics,

@@ -385,6 +385,50 @@ pub(super) fn decimal_us_to_ns(t: &str) -> Option<i64> {
     Some(if neg { -ns } else { ns })
 }
 
+/// [`decimal_us_to_ns`] for the bytes of a plain JSON number (`-?digits(.digits)?`, at
+/// most 16 integer digits), straight from the bytes; `None` for anything else (the
+/// caller then takes the general path).
+#[inline]
+pub(super) fn plain_us_to_ns(b: &[u8]) -> Option<i64> {
+    let (neg, b) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let mut i = 0;
+    let mut int: i64 = 0;
+    while let Some(&c @ b'0'..=b'9') = b.get(i) {
+        if i == 16 {
+            return None;
+        }
+        int = int * 10 + (c - b'0') as i64;
+        i += 1;
+    }
+    if i == 0 {
+        return None;
+    }
+    let mut ns = int.checked_mul(1000)?;
+    if i < b.len() {
+        if b[i] != b'.' {
+            return None;
+        }
+        let fb = &b[i + 1..];
+        if !fb.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let mut scale = 100;
+        for k in 0..3 {
+            if let Some(&d) = fb.get(k) {
+                ns += (d - b'0') as i64 * scale;
+            }
+            scale /= 10;
+        }
+        if fb.get(3).is_some_and(|&d| d >= b'5') {
+            ns += 1;
+        }
+    }
+    Some(if neg { -ns } else { ns })
+}
+
 impl<'de> Deserialize<'de> for Micros {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = <&RawValue>::deserialize(d)?;
@@ -959,7 +1003,8 @@ fn parse_element<'a>(
     names: &mut Interner<'a, '_>,
 ) -> Result<usize, Truncated> {
     if buf.get(start) == Some(&b'{') {
-        if let Ok((ev, end)) = kineto_event::parse_event(buf, start) {
+        let mut ev = RawEvent::default();
+        if let Ok(end) = kineto_event::parse_event_into(buf, start, &mut ev) {
             c.elements += 1;
             add_event(ev, c, names);
             return Ok(end);
@@ -1099,7 +1144,15 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
     }
     let ts_ns = ts;
     let name = names.get(&ev.name);
-    let args = ev.args.unwrap_or_default();
+    // Borrowed, not moved out: the args are large and most events have them.
+    let no_args;
+    let args = match &ev.args {
+        Some(a) => a,
+        None => {
+            no_args = RawArgs::default();
+            &no_args
+        }
+    };
     let ext = args.external_id.and_then(Num::int);
     let corr = args.correlation.and_then(Num::int);
     match cat_l {
@@ -1130,8 +1183,9 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
                     concrete_inputs: raw_box(args.concrete_inputs),
                     call_stack: args
                         .call_stack
+                        .as_deref()
                         .filter(|s| !s.is_empty())
-                        .map(|s| Box::from(s.as_ref())),
+                        .map(Box::from),
                 },
             )
         }

@@ -42,10 +42,21 @@ enum Number {
 
 /// Parse the event object starting at `pos` (at `{`). Returns it and the offset just
 /// past its closing brace.
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn parse_event(buf: &[u8], pos: usize) -> R<(RawEvent<'_>, usize)> {
+    let mut ev = RawEvent::default();
+    let end = parse_event_into(buf, pos, &mut ev)?;
+    Ok((ev, end))
+}
+
+/// [`parse_event`] into `ev` (which must be `RawEvent::default()`), so the large event
+/// is built in place instead of being moved through every `?`. Returns the offset just
+/// past the closing brace; on error `ev` holds a partial event.
+#[inline]
+pub fn parse_event_into<'a>(buf: &'a [u8], pos: usize, ev: &mut RawEvent<'a>) -> R<usize> {
     let mut p = Parser { b: buf, i: pos };
-    let ev = p.event()?;
-    Ok((ev, p.i))
+    p.event(ev)?;
+    Ok(p.i)
 }
 
 struct Parser<'a> {
@@ -126,8 +137,7 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn event(&mut self) -> R<RawEvent<'a>> {
-        let mut ev = RawEvent::default();
+    fn event(&mut self, ev: &mut RawEvent<'a>) -> R<()> {
         let mut seen = 0u32;
         self.members(|p, key| {
             match key {
@@ -161,17 +171,19 @@ impl<'a> Parser<'a> {
                 }
                 b"args" => {
                     once(&mut seen, ARGS)?;
-                    ev.args = if p.null()? { None } else { Some(p.args()?) };
+                    if p.null()? {
+                        ev.args = None;
+                    } else {
+                        p.args(ev.args.insert(RawArgs::default()))?;
+                    }
                 }
                 _ => p.skip_value(0)?,
             }
             Ok(())
-        })?;
-        Ok(ev)
+        })
     }
 
-    fn args(&mut self) -> R<RawArgs<'a>> {
-        let mut a = RawArgs::default();
+    fn args(&mut self, a: &mut RawArgs<'a>) -> R<()> {
         let mut seen = 0u64;
         self.members(|p, key| {
             // Field index in RawArgs order, for duplicate detection.
@@ -235,8 +247,7 @@ impl<'a> Parser<'a> {
                 _ => p.skip_value(0)?,
             }
             Ok(())
-        })?;
-        Ok(a)
+        })
     }
 
     /// A key: its raw bytes. Keys with escapes or non-ASCII bytes go to serde (which
@@ -323,6 +334,9 @@ impl<'a> Parser<'a> {
             _ => {
                 let s = self.i;
                 self.skip_number()?;
+                if let Some(ns) = super::kineto::plain_us_to_ns(&self.b[s..self.i]) {
+                    return Ok(Some(Micros(Some(ns))));
+                }
                 let t = std::str::from_utf8(&self.b[s..self.i]).map_err(|_| Fallback)?;
                 Ok(Some(Micros::from_text(t)))
             }
@@ -608,6 +622,41 @@ mod tests {
             i: 0,
         };
         p.number()
+    }
+
+    #[test]
+    fn plain_micros_match_decimal() {
+        use super::super::kineto::{decimal_us_to_ns, plain_us_to_ns};
+        let cases = [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "0.5",
+            "-0.0005",
+            "1712195495519689.125",
+            "1712195495519689.1255",
+            "1712195495519689.1254999",
+            "9999999999999999.9999",
+            "9223372036854775",
+            "9223372036854776",
+            "12345678901234567",
+            "-12.5",
+            "75.851852",
+            "3.1",
+            "3.12",
+            "1e5",
+            "1.5E-3",
+        ];
+        for c in cases {
+            let plain = plain_us_to_ns(c.as_bytes());
+            if plain.is_some() {
+                assert_eq!(plain, decimal_us_to_ns(c), "{c}");
+            } else {
+                let int = c.trim_start_matches('-').split('.').next().unwrap_or("");
+                assert!(c.contains(['e', 'E']) || int.len() >= 16, "{c} fell back");
+            }
+        }
     }
 
     #[test]

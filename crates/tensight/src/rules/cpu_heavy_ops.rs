@@ -1,7 +1,7 @@
 //! C001 cpu-heavy-ops: ops that launch GPU work but spend far longer on the host than
 //! their kernels take, while the GPU waits.
 
-use super::host_work::{idle_overlap, is_top_level, step_of, Launched, Steady};
+use super::host_work::{idle_overlap, is_top_level, step_of, Steady};
 use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
@@ -114,7 +114,7 @@ struct Site {
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
     let gaps = &ctx.metrics.timeline.idle_gaps;
-    let launched = Launched::of(p);
+    let launched = ctx.launched();
     let blocked = blocked_ranges(p);
     let steady = Steady::of(p);
     let mut sites: BTreeMap<(String, String, String), Site> = BTreeMap::new();

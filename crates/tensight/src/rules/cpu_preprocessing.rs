@@ -145,11 +145,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let Some((pid, tid)) = main_thread(p) else {
         return Vec::new();
     };
-    let launched = Launched::of(p);
+    let launched = ctx.launched();
     let steady = Steady::of(p);
     // What other rules own.
     let mut claimed: HashSet<u32> = HashSet::new();
-    for m in super::late_gpu_migration::find(ctx, &launched) {
+    for m in super::late_gpu_migration::find(ctx, launched) {
         claimed.insert(m.factory);
         claimed.extend(m.chain);
     }
@@ -160,7 +160,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let mut trips = trips;
     trips.sort();
     let in_trip = |a: i64, b: i64| inside_any(&trips, a, b);
-    let frames = transform_frames(p, pid, tid, &launched);
+    let frames = transform_frames(p, pid, tid, launched);
     let frame_ranges: Vec<(i64, i64)> = frames
         .iter()
         .map(|&f| {

@@ -359,16 +359,16 @@ pub(super) fn gpu_factory_cost_ns(p: &Profile, launched: &Launched) -> (i64, usi
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
-    let launched = Launched::of(p);
+    let launched = ctx.launched();
     let steady = Steady::of(p);
-    let migrations: Vec<Migration> = find(ctx, &launched)
+    let migrations: Vec<Migration> = find(ctx, launched)
         .into_iter()
         .filter(|m| steady.includes(p, p.gpu[m.memcpy as usize].ts_ns))
         .collect();
     if migrations.is_empty() {
         return Vec::new();
     }
-    let (gpu_cost, gpu_seen) = gpu_factory_cost_ns(p, &launched);
+    let (gpu_cost, gpu_seen) = gpu_factory_cost_ns(p, launched);
     // Group by (factory, shape, source line).
     let mut groups: BTreeMap<(String, String, String), Vec<&Migration>> = BTreeMap::new();
     for m in &migrations {

@@ -243,9 +243,24 @@ pub struct Context<'a> {
     pub profile: &'a Profile,
     /// The measurements.
     pub metrics: &'a RunMetrics,
+    /// GPU work per op, shared by the rules that need it (computed once, on first use).
+    launched: std::sync::OnceLock<host_work::Launched>,
 }
 
-impl Context<'_> {
+impl<'a> Context<'a> {
+    /// The context of `profile` and its `metrics`.
+    pub fn new(profile: &'a Profile, metrics: &'a RunMetrics) -> Self {
+        Context {
+            profile,
+            metrics,
+            launched: std::sync::OnceLock::new(),
+        }
+    }
+    /// [`host_work::Launched::of`] the profile, computed once.
+    fn launched(&self) -> &host_work::Launched {
+        self.launched
+            .get_or_init(|| host_work::Launched::of(self.profile))
+    }
     /// Mean step time, ms (the denominator of every %).
     pub fn step_ms(&self) -> f64 {
         self.metrics.summary.step_time_ms
