@@ -257,6 +257,15 @@ fn merge(into: &mut Value, from: Value) {
     }
 }
 
+/// The first finding of rule `code` in a report; panics (a test failure) when the rule
+/// did not fire.
+pub fn finding<'a>(r: &'a Report, code: &str) -> &'a crate::rules::Finding {
+    match r.diagnosis.findings.iter().find(|f| f.code == code) {
+        Some(f) => f,
+        None => panic!("{code} does not fire; findings: {:?}", codes(r)),
+    }
+}
+
 /// Codes of the findings in a report.
 pub fn codes(r: &Report) -> Vec<&'static str> {
     r.diagnosis.findings.iter().map(|f| f.code).collect()

@@ -238,6 +238,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 2 ms: a kernel, then (with `churn`) a 100 µs cudaMalloc inside an op and
@@ -270,12 +271,7 @@ mod tests {
     #[test]
     fn fires_on_malloc_and_free_every_step() {
         let r = trace(true).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "A002")
-            .expect("A002 fires");
+        let f = finding(&r, "A002");
         // After the first step: each malloc (20..120) while the GPU idles (the kernel
         // starts at 160); each free from the kernel's end (1660) through the idle that
         // follows, across the step boundary, to the next kernel (+160): 500 µs, which

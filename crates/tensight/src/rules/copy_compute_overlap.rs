@@ -253,6 +253,7 @@ fn delay_behind(p: &Profile, gi: usize) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 6 ms: a 1 ms pinned HtoD copy on the compute stream, with a 4 ms kernel
@@ -299,12 +300,7 @@ mod tests {
     #[test]
     fn fires_when_compute_waits_for_the_copy() {
         let r = trace(true).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "D002")
-            .expect("D002 fires");
+        let f = finding(&r, "D002");
         // The GEMM was launched at 60 µs (its cudaLaunchKernel returned) and started at
         // 1031, when the copy ended: held up 971 µs.
         assert!(

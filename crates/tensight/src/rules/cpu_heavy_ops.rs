@@ -310,6 +310,7 @@ fn blocked_in(
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 3 ms: `aten::index` spends `host_us` on the host before launching one
@@ -346,12 +347,7 @@ mod tests {
     #[test]
     fn fires_on_host_heavy_op() {
         let r = trace(900.0).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "C001")
-            .expect("C001 fires");
+        let f = finding(&r, "C001");
         // 900 µs on the host, less 50 µs for its one launch: 850 µs, all while idle.
         assert!((f.saving_ms - 0.85).abs() < 0.01, "saving {}", f.saving_ms);
         assert_eq!(f.locations[0].op.as_deref(), Some("aten::index"));

@@ -348,6 +348,7 @@ fn transform_frames(p: &Profile, pid: i64, tid: i64, launched: &Launched) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 3 ms: (with `cpu`) 1 ms of CPU-only ops (`aten::div` 300 µs,
@@ -399,12 +400,7 @@ mod tests {
     #[test]
     fn fires_on_cpu_only_ops() {
         let r = trace(true).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "C004")
-            .expect("C004 fires");
+        let f = finding(&r, "C004");
         // The GPU idles through both ops: 1.0 ms per step.
         assert!((f.saving_ms - 1.0).abs() < 0.01, "saving {}", f.saving_ms);
         assert_eq!(

@@ -232,6 +232,7 @@ fn fetch_ranges(p: &Profile) -> (Vec<(i64, i64)>, Source, String) {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 6 ms: `__next__` for `fetch_us`, then 1 ms of kernels.
@@ -272,12 +273,7 @@ mod tests {
     #[test]
     fn fires_when_loading_in_the_step() {
         let r = trace(4_000.0).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "D003")
-            .expect("D003 fires");
+        let f = finding(&r, "D003");
         // GPU idle through the 4 ms fetch, minus 150 µs for a worker's handoff.
         assert!((f.saving_ms - 3.85).abs() < 0.01, "saving {}", f.saving_ms);
         assert!(f.fixes[0].contains("num_workers"), "{:?}", f.fixes);

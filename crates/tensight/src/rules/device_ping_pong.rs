@@ -282,6 +282,7 @@ fn copy_cost(p: &Profile, gaps: &[(i64, i64)], gi: u32) -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 10 ms: a 1 ms kernel, then (with `round_trip`) `.cpu()` of 16 MiB, 3 ms of
@@ -348,12 +349,7 @@ mod tests {
     #[test]
     fn fires_on_round_trip() {
         let r = trace(true).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "C002")
-            .expect("C002 fires");
+        let f = finding(&r, "C002");
         // Window: DtoH call at 110 to the HtoD call's end at 6360. The conv computes
         // until 1030 (not counted); the rest is idle or these copies: 5.33 ms.
         assert!((f.saving_ms - 5.33).abs() < 0.01, "saving {}", f.saving_ms);

@@ -347,6 +347,7 @@ fn describe(sig: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     const EW: &str =
@@ -379,12 +380,7 @@ mod tests {
     #[test]
     fn fires_on_a_chain_of_elementwise_ops() {
         let r = trace(&["aten::mul", "aten::add", "aten::tanh", "aten::mul"]).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "G001")
-            .expect("G001 fires");
+        let f = finding(&r, "G001");
         // 4 kernels of 70 µs fused into one pass of 70 µs: 210 µs, plus the 3 × 1 µs of
         // GPU idle between them.
         assert!(

@@ -524,6 +524,7 @@ pub(super) fn shapes(p: &Profile, o: u32) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
     use serde_json::json;
 
@@ -557,12 +558,7 @@ mod tests {
     #[test]
     fn fires_on_fp32_ffma_gemm() {
         let r = trace("float", "ampere_sgemm_128x64_nn").report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "T001")
-            .expect("T001 fires");
+        let f = finding(&r, "T001");
         // 137 GFLOP in 4 ms = 34 TFLOP/s, over 30% of the H200's 67 TFLOP/s FP32 peak:
         // compute-bound, so TF32 time = 4 ms × 67 / 494.7 = 0.542 ms (above FLOPs / TF32
         // peak = 0.278 ms and bytes / bandwidth); the sync waits for it: saving 3.458 ms.

@@ -234,6 +234,7 @@ fn fixes(what: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// A step: a kernel, then `.item()` (DtoH copy + stream sync), then the host
@@ -287,12 +288,7 @@ mod tests {
     #[test]
     fn fires_on_item() {
         let r = trace(true).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "S001")
-            .expect("S001 fires");
+        let f = finding(&r, "S001");
         assert!(f.title.contains(".item()"), "{}", f.title);
         // GPU goes idle at ~3040 µs (sync end ~3060) until the add at 5012: ~1.95 ms.
         assert!((f.saving_ms - 1.95).abs() < 0.1, "saving {}", f.saving_ms);

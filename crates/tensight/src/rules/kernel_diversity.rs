@@ -197,6 +197,7 @@ fn compiled_regions(p: &Profile) -> Vec<(String, u64)> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Two steps of `kernels` kernels cycling through `distinct` names.
@@ -225,12 +226,7 @@ mod tests {
     #[test]
     fn fires_informationally_on_a_fragmented_step() {
         let r = trace(100, 60).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "G002")
-            .expect("G002 fires");
+        let f = finding(&r, "G002");
         assert_eq!(f.saving_ms, 0.0);
         assert!(
             f.message.contains("60 distinct kernels among 100"),

@@ -510,6 +510,7 @@ fn torch_call(op: &str, shape: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
     use serde_json::json;
 
@@ -574,12 +575,7 @@ mod tests {
     #[test]
     fn fires_on_cpu_randn_then_copy() {
         let r = trace(false).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "C003")
-            .expect("C003 fires");
+        let f = finding(&r, "C003");
         assert!(
             f.title.contains("aten::randn") && f.title.contains("[32, 3, 32, 32]"),
             "{}",

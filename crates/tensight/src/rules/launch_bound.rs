@@ -386,6 +386,7 @@ fn locations(p: &Profile, regions: &[Region]) -> Vec<super::Location> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Three steps of `n` tiny kernels (3 µs) each launched `every` µs apart by its own
@@ -416,12 +417,7 @@ mod tests {
     #[test]
     fn fires_when_host_launches_slower_than_gpu_runs() {
         let r = trace(40, 50.0).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "L001")
-            .expect("L001 fires");
+        let f = finding(&r, "L001");
         // 39 gaps of 50 - 3 = 47 µs per step, less 1 µs each left under graph replay.
         let expect = 39.0 * 46.0 / 1e3;
         assert!(

@@ -180,6 +180,7 @@ fn op_at(p: &Profile, m: &MemoryEvent) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// A step whose allocator reserves `reserved_gib` of the H200's 139.8 GiB.
@@ -212,12 +213,7 @@ mod tests {
     #[test]
     fn fires_near_capacity() {
         let r = trace(131.0).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "A001")
-            .expect("A001 fires");
+        let f = finding(&r, "A001");
         assert_eq!(f.saving_ms, 0.0);
         assert_eq!(f.severity, crate::rules::Severity::Info);
         assert!(f.title.contains("94%"), "{}", f.title);

@@ -430,6 +430,7 @@ fn aligned_time(g: &GemmOp, all: &[GemmOp], c: &Ceilings) -> (f64, bool) {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
     use serde_json::json;
 
@@ -469,12 +470,7 @@ mod tests {
             "cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_tn_align2",
         )
         .report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "T002")
-            .expect("T002 fires");
+        let f = finding(&r, "T002");
         assert!(f.message.contains("N = 50257"), "{}", f.message);
         // No aligned GEMM to compare with: padded FLOPs 2·2048·768·50264 = 158.1 GFLOP at
         // the H200's measured 790 TFLOP/s = 200.2 µs (above the bytes), / 0.5 = 400.4 µs;

@@ -242,6 +242,7 @@ fn low_ns_of(k: &Fp32Kernel, tf32: i64, lp_tflops: f64, tf32_tflops: f64, bw_gbs
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
     use serde_json::json;
 
@@ -293,12 +294,7 @@ mod tests {
             800.0,
         )
         .report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "T003")
-            .expect("T003 fires");
+        let f = finding(&r, "T003");
         let expect = 0.8 * (1.0 - 494.7 / 989.4);
         assert!(
             (f.saving_ms - expect).abs() < 0.01,

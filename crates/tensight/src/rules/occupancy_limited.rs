@@ -143,6 +143,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     fn report(lim_regs: &str) -> crate::report::Report {
@@ -165,12 +166,7 @@ mod tests {
     #[test]
     fn fires_when_registers_limit_occupancy() {
         let r = report("2");
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "M003")
-            .expect("M003 fires");
+        let f = finding(&r, "M003");
         assert!(f.title.contains("registers"), "{}", f.title);
         assert!(f.saving_ms > 0.0);
     }

@@ -251,6 +251,7 @@ fn pinned_call_ns(p: &Profile) -> (i64, usize) {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Steps of 3 ms: `.cuda()` of a 3 MiB batch (memcpy call 500 µs, sync 20 µs, the
@@ -305,12 +306,7 @@ mod tests {
     #[test]
     fn fires_on_pageable_copies() {
         let r = trace(false).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "D001")
-            .expect("D001 fires");
+        let f = finding(&r, "D001");
         // Blocked 20..550 µs (530 µs) with only the copy itself on the GPU, minus the
         // 10 µs default pinned call (no pinned copy in this trace): 520 µs per step.
         assert!((f.saving_ms - 0.52).abs() < 0.01, "saving {}", f.saving_ms);

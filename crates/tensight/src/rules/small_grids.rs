@@ -288,6 +288,7 @@ fn short(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::finding;
     use crate::testing::{codes, TraceBuilder};
 
     /// Three steps, each: a 100 µs GEMM with `blocks` blocks (H200: 132 SMs), then a
@@ -325,12 +326,7 @@ mod tests {
     #[test]
     fn fires_on_a_long_kernel_with_few_blocks() {
         let r = trace(33).report();
-        let f = r
-            .diagnosis
-            .findings
-            .iter()
-            .find(|f| f.code == "O001")
-            .expect("O001 fires");
+        let f = finding(&r, "O001");
         // 100 µs × (1 − 33/132) = 75 µs, capped at 50 µs; the sync waits for it, so the
         // replay keeps all of it.
         assert!(
