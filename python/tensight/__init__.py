@@ -31,10 +31,13 @@ __all__ = ["analyze", "profile", "profile_model", "__version__"]
 
 
 def analyze(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Diagnose a PyTorch profiler trace (``.json``/``.json.gz`` or a folder holding one).
+    """Diagnose a PyTorch profiler trace (``.json``/``.json.gz``, a folder holding one,
+    or a bundle written by ``tensight run``).
 
     Returns the JSON report as a dict: ``report["diagnosis"]["bottlenecks"]`` lists the
     findings, largest estimated saving first; ``report["diagnosis"]["primary_bottleneck"]``
-    is the first of them. Raises ``ValueError`` with a one-line reason for bad input.
+    is the non-roofline finding with the largest saving above zero, or ``None``. Raises
+    ``ValueError`` with a one-line reason for bad input (its ``hint`` attribute holds the
+    likely fix, or ``None``).
     """
     return json.loads(_native.analyze_json(os.fspath(path)))
