@@ -355,39 +355,16 @@ impl Micros {
 /// `"1712195495519689.125"` µs → 1712195495519689125 ns, exactly (half-up rounding
 /// past the third decimal); exponents and other spellings go through f64.
 pub(super) fn decimal_us_to_ns(t: &str) -> Option<i64> {
-    let (neg, body) = match t.strip_prefix('-') {
-        Some(b) => (true, b),
-        None => (false, t),
-    };
-    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
-    let plain = !int.is_empty()
-        && int.bytes().all(|c| c.is_ascii_digit())
-        && frac.bytes().all(|c| c.is_ascii_digit())
-        && int.len() <= 16;
-    let whole = plain
-        .then(|| int.parse::<i64>().ok().and_then(|v| v.checked_mul(1000)))
-        .flatten();
-    let Some(mut ns) = whole else {
-        let v: f64 = t.parse().ok()?;
-        return v.is_finite().then(|| (v * 1000.0).round() as i64);
-    };
-    let fb = frac.as_bytes();
-    let mut scale = 100;
-    for i in 0..3 {
-        if let Some(&d) = fb.get(i) {
-            ns += (d - b'0') as i64 * scale;
-        }
-        scale /= 10;
+    if let Some(ns) = plain_us_to_ns(t.as_bytes()) {
+        return Some(ns);
     }
-    if fb.get(3).is_some_and(|&d| d >= b'5') {
-        ns += 1;
-    }
-    Some(if neg { -ns } else { ns })
+    let v: f64 = t.parse().ok()?;
+    v.is_finite().then(|| (v * 1000.0).round() as i64)
 }
 
-/// [`decimal_us_to_ns`] for the bytes of a plain JSON number (`-?digits(.digits)?`, at
-/// most 16 integer digits), straight from the bytes; `None` for anything else (the
-/// caller then takes the general path).
+/// The exact conversion of a plain number (`-?digits(.digits)?`, at most 16 integer
+/// digits), straight from its bytes; `None` for anything else (the caller then takes
+/// the general path through f64).
 #[inline]
 pub(super) fn plain_us_to_ns(b: &[u8]) -> Option<i64> {
     let (neg, b) = match b.split_first() {
