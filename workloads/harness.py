@@ -1,22 +1,30 @@
-"""The accuracy harness: run on a GPU machine, from the repo root, with tensight installed.
+"""The accuracy harness: measure each planted workload on a GPU, diagnose it, tabulate.
 
-For each workload it measures the unprofiled median step time with and without
-``--fixed``, runs ``tensight run`` on the unfixed variant, and records the primary
-finding, its estimated saving and whether the expected rule fired. It writes
-``workloads/results.json`` and ``workloads/RESULTS.md``.
+Two halves, so that the diagnosis can be re-checked anywhere on what the GPU recorded:
 
-    python3 workloads/harness.py                 # every workload
-    python3 workloads/harness.py --only fp32_gemm late_migration
+* **record** (on the GPU machine, from the repo root, tensight installed): for each
+  workload, the unprofiled median step time with and without ``--fixed`` (CUDA events,
+  the workload's own timing), then ``tensight run`` on the unfixed variant. Writes
+  ``OUT/timings.json`` (after every workload, so a cut-short run keeps what it measured)
+  and one bundle per workload, ``OUT/NAME/``.
+* **table** (anywhere): ``tensight analyze`` on every recorded bundle with the engine
+  installed now, against the recorded timings: the primary finding, whether the
+  expected rule fired, its estimated saving against the measured one. Writes
+  ``results.json`` and ``RESULTS.md`` (default: next to this file).
+
+    python3 workloads/harness.py --out /tmp/h                      # record + table (GPU)
+    python3 workloads/harness.py --out /tmp/h --only fp32_gemm      # some workloads
+    python3 workloads/harness.py --from tests/fixtures/workloads    # table only
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import platform
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,38 +51,92 @@ EXPECTED: dict[str, str | None] = {
     "real_gpt": None,
 }
 
+#: What ``tensight run`` records per workload (kept small: the bundles are CI fixtures).
+RECORD = ["--steps", "4", "--warmup", "5", "--stop"]
+TIMEOUT_S = 400
+
+
+def log(msg: str) -> None:
+    print(f"harness: {msg}", file=sys.stderr, flush=True)
+
 
 def unprofiled_ms(name: str, fixed: bool, steps: int) -> float | None:
     cmd = [sys.executable, str(HERE / f"{name}.py"), "--steps", str(steps)] + (["--fixed"] if fixed else [])
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=600)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log(f"{name} {'fixed' if fixed else 'unfixed'}: timed out after {TIMEOUT_S} s")
+        return None
     for line in reversed(r.stderr.splitlines()):
         if line.startswith("{"):
             return float(json.loads(line)["median_step_ms"])
-    print(f"harness: {name} {'fixed' if fixed else 'unfixed'} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+    log(f"{name} {'fixed' if fixed else 'unfixed'} failed:\n{r.stderr[-2000:]}")
     return None
 
 
-def diagnose(name: str, steps: int, out: Path) -> dict[str, Any] | None:
+def record_one(name: str, steps: int, out: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    rec: dict[str, Any] = {"unfixed_ms": unprofiled_ms(name, False, steps), "fixed_ms": unprofiled_ms(name, True, steps)}
     bundle = out / name
-    cmd = [sys.executable, "-m", "tensight", "run", "--steps", "5", "--warmup", "5", "--stop",
-           "--out", str(bundle), "--format", "json", "--", sys.executable, f"{name}.py", "--steps", str(steps)]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=900)
+    cmd = [sys.executable, "-m", "tensight", "run", *RECORD, "--out", str(bundle), "--",
+           "python3", f"{name}.py", "--steps", str(steps)]
     try:
-        return json.loads(r.stdout[r.stdout.index("{"):])
-    except ValueError:
-        print(f"harness: tensight run {name} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, timeout=TIMEOUT_S)
+        rec["run_exit"] = r.returncode
+        if r.returncode not in (0, 1):
+            log(f"tensight run {name} exited {r.returncode}:\n{r.stderr[-2000:]}")
+    except subprocess.TimeoutExpired:
+        rec["run_exit"] = None
+        log(f"tensight run {name}: timed out after {TIMEOUT_S} s")
+    rec["wall_s"] = round(time.monotonic() - t0, 1)
+    return rec
+
+
+def gpu_context() -> dict[str, Any]:
+    ctx: dict[str, Any] = {"host": platform.node(), "python": platform.python_version(),
+                           "date": time.strftime("%Y-%m-%d")}
+    try:
+        import torch
+
+        ctx["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            ctx["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return ctx
+
+
+def record(names: list[str], steps: int, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "timings.json"
+    doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    doc["context"] = gpu_context() | {"steps": steps, "record": RECORD}
+    doc.setdefault("workloads", {})
+    for n in names:
+        log(f"{n}: timing unfixed and fixed, then tensight run")
+        doc["workloads"][n] = record_one(n, steps, out)
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        log(f"{n}: {doc['workloads'][n]}")
+
+
+def diagnose(bundle: Path) -> dict[str, Any] | None:
+    cmd = [sys.executable, "-m", "tensight", "analyze", str(bundle), "--format", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode not in (0, 1):
+        log(f"tensight analyze {bundle} exited {r.returncode}: {r.stderr.strip()}")
         return None
+    report: dict[str, Any] = json.loads(r.stdout)
+    return report
 
 
-def row(name: str, steps: int, out: Path) -> dict[str, Any]:
-    before = unprofiled_ms(name, False, steps)
-    after = unprofiled_ms(name, True, steps)
-    report = diagnose(name, steps, out)
+def row(name: str, rec: dict[str, Any], bundle: Path) -> dict[str, Any]:
     expected = EXPECTED[name]
+    before, after = rec.get("unfixed_ms"), rec.get("fixed_ms")
     r: dict[str, Any] = {"workload": name, "expected": expected, "unfixed_ms": before, "fixed_ms": after}
     r["measured_saving_ms"] = None if before is None or after is None else round(before - after, 4)
+    report = diagnose(bundle) if bundle.is_dir() else None
     if report is None:
-        return r | {"primary": None, "fired": False, "estimated_saving_ms": None}
+        return r | {"primary": None, "fired": False, "estimated_saving_ms": None, "within_35pct": False, "ok": False}
     findings = report["diagnosis"]["bottlenecks"]
     primary = report["diagnosis"]["primary_bottleneck"]
     hit = next((f for f in findings if f["code"] == expected), None)
@@ -91,33 +153,78 @@ def row(name: str, steps: int, out: Path) -> dict[str, Any]:
     return r
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = ["| workload | expected | primary | fired | estimated ms | measured ms | within ±35% | ok |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+def table(src: Path, dest: Path, names: list[str] | None) -> list[dict[str, Any]]:
+    doc = json.loads((src / "timings.json").read_text())
+    recs: dict[str, Any] = doc["workloads"]
+    rows = [row(n, recs[n], src / n) for n in EXPECTED if n in recs and (names is None or n in names)]
+    summary = summarize(rows)
+    (dest / "results.json").write_text(json.dumps({"context": doc.get("context"), "summary": summary,
+                                                   "rows": rows}, indent=2) + "\n")
+    (dest / "RESULTS.md").write_text(markdown(rows, doc.get("context") or {}, summary, src))
+    return rows
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    planted = [r for r in rows if r["expected"]]
+    controls = [r for r in rows if not r["expected"]]
+    return {
+        "planted": len(planted),
+        "primary_as_expected": sum(bool(r["ok"]) for r in planted),
+        "estimate_within_35pct": sum(bool(r["within_35pct"]) for r in planted),
+        "controls": len(controls),
+        "controls_clean": sum(bool(r["ok"]) for r in controls),
+    }
+
+
+def fmt(x: Any) -> str:
+    return "–" if x is None else f"{x:.2f}" if isinstance(x, float) else str(x)
+
+
+def markdown(rows: list[dict[str, Any]], ctx: dict[str, Any], s: dict[str, Any], src: Path) -> str:
+    head = [
+        "# Accuracy harness results",
+        "",
+        f"Recorded on {ctx.get('gpu', '?')} (torch {ctx.get('torch', '?')}, {ctx.get('date', '?')}) by "
+        f"`python3 workloads/harness.py --out DIR`; step times are the unprofiled median of the second half of "
+        f"{ctx.get('steps', '?')} steps (CUDA events). Diagnosis re-made from the recorded bundles by "
+        f"`python3 workloads/harness.py --from {src}`.",
+        "",
+        f"Primary bottleneck as expected: **{s['primary_as_expected']}/{s['planted']}** planted workloads. "
+        f"Estimated saving within ±35% of the measured one: **{s['estimate_within_35pct']}/{s['planted']}**. "
+        f"Controls without a CRITICAL or SEVERE finding: **{s['controls_clean']}/{s['controls']}**.",
+        "",
+        "| workload | expected | primary | fired | unfixed ms | fixed ms | estimated ms | measured ms | ±35% | ok |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['expected'] or 'control'} | {r.get('primary')} | {r.get('fired')} | "
-                     f"{r.get('estimated_saving_ms')} | {r.get('measured_saving_ms')} | {r.get('within_35pct')} | {r.get('ok')} |")
-    return "\n".join(lines) + "\n"
+        extra = "" if r["expected"] or not r.get("severe_findings") else f" ({', '.join(r['severe_findings'])})"
+        head.append(
+            f"| {r['workload']} | {r['expected'] or 'control'} | {fmt(r.get('primary'))}{extra} | {fmt(r.get('fired'))} | "
+            f"{fmt(r['unfixed_ms'])} | {fmt(r['fixed_ms'])} | {fmt(r.get('estimated_saving_ms'))} | "
+            f"{fmt(r['measured_saving_ms'])} | {fmt(r.get('within_35pct'))} | {fmt(r.get('ok'))} |")
+    return "\n".join(head) + "\n"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--out", type=Path, default=None, help="where bundles go (default: a temp dir)")
+    p.add_argument("--steps", type=int, default=30, help="steps of each unprofiled timing run")
+    p.add_argument("--out", type=Path, help="record: where timings.json and the bundles go (GPU machine)")
+    p.add_argument("--from", dest="src", type=Path, help="table only: a folder that --out wrote")
+    p.add_argument("--results", type=Path, default=HERE, help="where results.json and RESULTS.md go")
     a = p.parse_args()
-    names = a.only or list(EXPECTED)
-    unknown = [n for n in names if n not in EXPECTED]
+    unknown = [n for n in a.only or [] if n not in EXPECTED]
     if unknown:
-        p.error(f"unknown workloads: {', '.join(unknown)}")
-    out = a.out or Path(tempfile.mkdtemp(prefix="tensight-harness-"))
-    rows = []
-    for n in names:
-        print(f"harness: {n}", file=sys.stderr)
-        rows.append(row(n, a.steps, out))
-    (HERE / "results.json").write_text(json.dumps({"rows": rows, "device": os.environ.get("HARNESS_DEVICE")}, indent=2) + "\n")
-    (HERE / "RESULTS.md").write_text(markdown(rows))
-    print(markdown(rows))
+        p.error(f"unknown workloads: {', '.join(unknown)} (known: {', '.join(EXPECTED)})")
+    if (a.out is None) == (a.src is None):
+        p.error("give --out DIR (record, then tabulate) or --from DIR (tabulate what was recorded)")
+    if a.out is not None:
+        record(a.only or list(EXPECTED), a.steps, a.out)
+    src = a.out or a.src
+    if not (src / "timings.json").is_file():
+        p.error(f"{src}/timings.json not found: record first with --out")
+    table(src, a.results, a.only)
+    print((a.results / "RESULTS.md").read_text())
     return 0
 
 
