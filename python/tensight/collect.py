@@ -199,6 +199,10 @@ class Collector:
         self.t_last: float | None = None
         self.ms_unprofiled: list[float] = []
         self.ms_profiled: list[float] = []
+        # CUDA events at the warm-up boundaries: the unprofiled step time as the GPU saw
+        # it (the host clock runs ahead of a GPU-bound program's queue)
+        self._gpu_marks: list[Any] = []
+        self.ms_unprofiled_gpu: list[float] = []
         # profilers
         self.state = "waiting"  # -> warmup -> recording -> done
         self.prof: Any = None
@@ -313,6 +317,7 @@ class Collector:
             self.count = 0
             self.warmup_done = 0
             self.ms_unprofiled.clear()
+            self._gpu_marks.clear()
             self.t_last = None
         self.mode = "optimizer"
         for h in self._fwd_handles:  # forward hooks cost on every module call: drop them
@@ -399,10 +404,13 @@ class Collector:
                                           else self._fwd_cycle).learned
             if self.t_last is not None and learned:
                 self.ms_unprofiled.append((now - self.t_last) * 1e3)
+            if learned:
+                self._gpu_mark()
             if self.count >= self.warmup:
                 self._start_window()
         elif self.state == "warmup":
             _drain_gpu()  # recorded steps start with no GPU backlog from unrecorded ones
+            self._read_gpu_marks()
             with _quiet():
                 self.prof.step()
             self.state = "recording"
@@ -431,6 +439,25 @@ class Collector:
             self._finish_window()
             return
         self.t_last = time.perf_counter()
+
+    def _gpu_mark(self) -> None:
+        """A CUDA event at this warm-up boundary (a few µs; never a sync)."""
+        try:
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                self._gpu_marks.append(ev)
+        except Exception:  # noqa: BLE001 - a measurement never breaks the program
+            self._gpu_marks.clear()
+
+    def _read_gpu_marks(self) -> None:
+        """After the drain at the window's start: the warm-up steps' GPU-timed periods."""
+        try:
+            marks = self._gpu_marks
+            self.ms_unprofiled_gpu = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+        except Exception:  # noqa: BLE001
+            self.ms_unprofiled_gpu = []
+        self._gpu_marks = []
 
     def _profiler(self, *, full: bool, windowed: bool, et_name: str,
                   cuda: bool | None = None) -> tuple[Any, Any]:
@@ -673,6 +700,7 @@ class Collector:
                       "execution_trace": EXECUTION_TRACE if self.kept and et_ok else None,
                       "ncu": None},
             "timing": {"step_ms_unprofiled": [round(x, 3) for x in self.ms_unprofiled],
+                       "step_ms_unprofiled_gpu": [round(x, 3) for x in self.ms_unprofiled_gpu],
                        "step_ms_profiled": [round(x, 3) for x in self.ms_profiled]},
         }
 

@@ -2,12 +2,13 @@
 # The accuracy suite on the H200 device machine (issues 4 and 5). Run from the repo root
 # there, with the wheel built here in .whl/ (maturin build --release -o .whl):
 #
-#   bash scripts/h200/accuracy.sh [hw] [resnet-hw] [WORKLOAD...]
+#   bash scripts/h200/accuracy.sh [hw] [resnet-hw] [WORKLOAD...] [bundles-only WORKLOAD...]
 #
 #   hw         tensight run --hardware on workloads/transposed_view.py and its --fixed
 #              variant (bundles with ncu.csv.gz: the V001 fixtures)
 #   resnet-hw  the wall time of the hardware pass for one ResNet-50 training step
 #   WORKLOAD   workloads/harness.py --out: unprofiled timings + one bundle each
+#   bundles-only WORKLOAD...  the bundles alone (harness.py --bundles-only)
 #
 # Everything it records goes into $OUT/accuracy.tgz (the device tool brings back at most
 # 8 files); the log into $OUT/log.txt. Stops itself before the device's 10-minute limit.
@@ -17,17 +18,25 @@ DEADLINE=$((SECONDS + ${BUDGET_S:-560}))
 mkdir -p "$OUT"
 R=/tmp/acc; rm -rf "$R"; mkdir -p "$R"
 exec > >(tee -a "$OUT/log.txt") 2>&1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/tensight-*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/tensight-*.whl || exit 1
+[ "${OVERLAY:-0}" = 1 ] && cp python/tensight/_boot/sitecustomize.py /tmp/site/tensight/_boot/  # the tree's boot hook
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 ncu --version | tail -1
 left() { echo $((DEADLINE - SECONDS)); }
 
-HW=0; RESNET=0; NAMES=()
+HW=0; RESNET=0; NAMES=(); ONLY_BUNDLES=(); MODE=timed
 for a in "$@"; do
-  case "$a" in hw) HW=1 ;; resnet-hw) RESNET=1 ;; *) NAMES+=("$a") ;; esac
+  case "$a" in
+    hw) HW=1 ;; resnet-hw) RESNET=1 ;; bundles-only) MODE=bundles ;;
+    *) if [ $MODE = timed ]; then NAMES+=("$a"); else ONLY_BUNDLES+=("$a"); fi ;;
+  esac
 done
+
+# Does ncu hand the environment to the program? (the hardware pass re-sets it with env)
+PYTHONPATH=/tmp/site:/nonexistent-marker ncu --target-processes all python3 -c \
+  "import os; print('under ncu: PYTHONPATH =', os.environ.get('PYTHONPATH'))" 2>&1 | grep -v '^==' | head -3
 
 if [ $HW = 1 ]; then
   mkdir -p "$R/hw"
@@ -44,6 +53,10 @@ fi
 if [ ${#NAMES[@]} -gt 0 ]; then
   timeout $(( $(left) - ( RESNET ? 200 : 20 ) )) \
     python3 workloads/harness.py --out "$R/harness" --results "$R" --only "${NAMES[@]}"
+fi
+if [ ${#ONLY_BUNDLES[@]} -gt 0 ]; then
+  timeout $(( $(left) - ( RESNET ? 200 : 20 ) )) \
+    python3 workloads/harness.py --out "$R/harness" --results "$R" --bundles-only --only "${ONLY_BUNDLES[@]}"
 fi
 
 if [ $RESNET = 1 ] && [ "$(left)" -gt 60 ]; then

@@ -396,3 +396,20 @@ def test_tensight_run_end_to_end(tmp_path: Path) -> None:
         assert line in r.stdout.splitlines()
     m = manifest(tmp_path / "b")
     assert m["program"]["exit_code"] == 3 and m["steps_recorded"] == 2
+
+
+def test_boot_hook_survives_spec_probes_and_a_python_launcher(tmp_path: Path) -> None:
+    """Seen under Nsight Compute on an H200: the program is started through a Python
+    launcher (which must not claim the run) and code probes torch's spec before the
+    import (which must not use up the import hook)."""
+    import tensight
+
+    boot = Path(tensight.__file__).parent / "_boot"
+    prog = ("import importlib.util; importlib.util.find_spec('torch'); import torch; "
+            "import tensight.collect as c; print('active', type(c._active).__name__)")
+    launcher = f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', {prog!r}]).returncode)"
+    env = {**os.environ, "TENSIGHT_BUNDLE": str(tmp_path), "TENSIGHT_HARDWARE": "1",
+           "TENSIGHT_HARDWARE_STEP": "3", "PYTHONPATH": str(boot)}
+    env.pop("TENSIGHT_OWNER_PID", None)
+    r = subprocess.run([sys.executable, "-c", launcher], env=env, capture_output=True, text=True, timeout=300)
+    assert "active HardwareCollector" in r.stdout, r.stdout + r.stderr

@@ -66,7 +66,12 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     assert pairs["--page"] == "raw" and "--csv" in opts
     assert set(ENGINE_METRICS) <= set(pairs["--metrics"].split(","))
     assert pairs["--log-file"] == str((bundle / "ncu.csv").resolve())
-    assert argv[argv.index("--") + 1:] == [sys.executable, str(PROGRAMS / "train_cpu.py"), "40"]
+    # ncu starts `env K=V... CMD`: the collector's variables survive ncu's launcher.
+    target = argv[argv.index("--") + 1:]
+    assert os.path.basename(target[0]) == "env"
+    assigned = dict(a.split("=", 1) for a in target[1:] if "=" in a and not a.startswith("/"))
+    assert assigned["TENSIGHT_HARDWARE"] == "1" and "TENSIGHT_BUNDLE" in assigned and "PYTHONPATH" in assigned
+    assert target[-3:] == [sys.executable, str(PROGRAMS / "train_cpu.py"), "40"]
     m = manifest(bundle)
     hw = m["hardware"]
     assert hw["status"] == "recorded" and hw["reason"] is None, hw

@@ -2,7 +2,7 @@
 //!
 //! After the normal run wrote the bundle, the program runs again as
 //! `ncu --clock-control none --target-processes all --nvtx --nvtx-include tensight_step/
-//! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- CMD...` with
+//! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- env K=V... CMD...` with
 //! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no
 //! profile and instead wraps step K in the NVTX range `tensight_step` (then stops the
 //! program if `--stop`), and writes `ncu_range.json` saying whether the range closed.
@@ -127,6 +127,29 @@ pub(crate) fn ncu_args(csv: &Path) -> Vec<OsString> {
     a
 }
 
+/// The program as ncu starts it: `env K=V... CMD...`. ncu's launcher does not hand
+/// PYTHONPATH through to the program it starts (seen with Nsight Compute 2025.3 on an
+/// H200: the collector was never imported), so the variables are set again by `env`
+/// right before the program's exec; ncu follows that exec like any other.
+fn target_command(env: &[(&str, OsString)], command: &[OsString]) -> Vec<OsString> {
+    let Some(env_bin) = ["/usr/bin/env", "/bin/env"]
+        .iter()
+        .map(Path::new)
+        .find(|p| is_executable(p))
+    else {
+        return command.to_vec();
+    };
+    let mut out = vec![env_bin.as_os_str().to_os_string()];
+    for (k, v) in env {
+        let mut kv = OsString::from(*k);
+        kv.push("=");
+        kv.push(v);
+        out.push(kv);
+    }
+    out.extend(command.iter().cloned());
+    out
+}
+
 /// Run the pass and record it in the manifest; one line on stderr says how it went.
 pub(crate) fn run(pass: &Pass) {
     let t0 = Instant::now();
@@ -180,18 +203,17 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
         Ok(f) => f,
         Err(e) => return Outcome::failed(format!("cannot open {LOG}: {e}")),
     };
+    let mut env: Vec<(&str, OsString)> = pass.env.iter().map(|(k, v)| (*k, v.clone())).collect();
+    env.push(("TENSIGHT_HARDWARE", "1".into()));
+    env.push(("TENSIGHT_HARDWARE_STEP", pass.step.to_string().into()));
     let mut cmd = Command::new(ncu);
     cmd.args(ncu_args(&csv))
         .arg("--")
-        .args(pass.command)
+        .args(target_command(&env, pass.command))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
-        .env("TENSIGHT_HARDWARE", "1")
-        .env("TENSIGHT_HARDWARE_STEP", pass.step.to_string());
-    for (k, v) in &pass.env {
-        cmd.env(k, v);
-    }
+        .envs(env.iter().map(|(k, v)| (k, v)));
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!(
             "tensight: hardware pass: running the program again under {} for step {} (output in {})",

@@ -88,8 +88,24 @@ def _import_collect() -> object:
     return importlib.import_module("tensight.collect")
 
 
+_installed = False
+
+
 def _on_torch() -> None:
-    """torch was just imported: install the collector."""
+    """torch was just imported: install the collector (once: the import hook or the
+    watcher, whichever sees it first)."""
+    global _installed
+    _leave_meta_path()
+    import threading
+
+    with _install_lock(threading):
+        if _installed:
+            return
+        _installed = True
+        owner = os.environ.get("TENSIGHT_OWNER_PID")
+        if owner and owner != str(os.getpid()):
+            return  # forked from the owner after boot (its children see its claim)
+        os.environ["TENSIGHT_OWNER_PID"] = str(os.getpid())
     try:
         collect = _import_collect()
         collect.install_from_env()  # type: ignore[attr-defined]
@@ -120,16 +136,21 @@ class _Loader:
 
 
 class _TorchFinder:
-    """A meta-path finder that only answers for ``torch``, once."""
+    """A meta-path finder that only answers for ``torch``, until torch has run.
+
+    It stays on ``sys.meta_path`` until torch's module code has executed: other code may
+    look up torch's spec without importing it (``importlib.util.find_spec("torch")``, as
+    an import hook that another package installs does under Nsight Compute), and a
+    finder that left at the first lookup would miss the real import."""
+
+    def __init__(self) -> None:
+        self._busy = False  # our own lookup below walks sys.meta_path too
 
     def find_spec(self, name: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
-        if name != "torch":
+        if name != "torch" or self._busy:
             return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
+        self._busy = True
         try:
             import importlib.util
 
@@ -141,6 +162,48 @@ class _TorchFinder:
         except Exception as e:  # noqa: BLE001
             sys.stderr.write(f"tensight: import hook failed ({type(e).__name__}: {e})\n")
             return None
+        finally:
+            self._busy = False
+
+
+def _leave_meta_path() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchFinder)]
+
+
+_lock_box: list[object] = []
+
+
+def _install_lock(threading: ModuleType) -> object:
+    if not _lock_box:
+        _lock_box.append(threading.Lock())  # type: ignore[attr-defined]
+    return _lock_box[0]
+
+
+def _torch_ready() -> bool:
+    mod = sys.modules.get("torch")
+    spec = getattr(mod, "__spec__", None)
+    return (mod is not None and not getattr(spec, "_initializing", False)
+            and "torch.optim.optimizer" in sys.modules and "torch.nn.modules.module" in sys.modules)
+
+
+def _watch() -> None:
+    """The import hook's backstop: code that rebuilds ``sys.meta_path`` during startup
+    drops our finder (seen under Nsight Compute on an H200), so a daemon thread looks
+    every 20 ms for a fully imported torch, for up to 10 minutes, and installs the
+    collector then. It only reads ``sys.modules``."""
+    import threading
+    import time
+
+    def run() -> None:
+        for _ in range(30_000):
+            if _installed:
+                return
+            if _torch_ready():  # the hook installs before torch counts as ready
+                _on_torch()
+                return
+            time.sleep(0.02)
+
+    threading.Thread(target=run, name="tensight-watch", daemon=True).start()
 
 
 def _boot() -> None:
@@ -150,11 +213,14 @@ def _boot() -> None:
     owner = os.environ.get("TENSIGHT_OWNER_PID")
     if owner and owner != pid:
         return  # a child of the profiled process
-    os.environ["TENSIGHT_OWNER_PID"] = pid
+    # Ownership is claimed when torch is imported (_on_torch), not here: a Python
+    # launcher between tensight and the program (ncu starts the program through one)
+    # must not make the program look like its child.
     if "torch" in sys.modules:
         _on_torch()
     else:
         sys.meta_path.insert(0, _TorchFinder())
+        _watch()
 
 
 try:

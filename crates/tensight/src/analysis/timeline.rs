@@ -14,6 +14,10 @@ use crate::model::{CopyDir, GpuActivity, OpKind, Profile, RuntimeKind, Step};
 use serde::Serialize;
 
 /// How long the GPU sat idle, by cause (ns).
+/// See the sync points below: how late GPU work may end after a sync returned and
+/// still be work that sync waited for (ns).
+const SYNC_SKEW_NS: i64 = 20_000;
+
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct IdleBreakdown {
     /// All idle time.
@@ -110,7 +114,9 @@ pub struct SyncPoint {
     pub ts_ns: i64,
     /// How long the host was blocked (ns).
     pub dur_ns: i64,
-    /// GPU idle from the end of the sync to the next GPU activity (ns), within the step.
+    /// GPU idle from the end of the sync to the next GPU activity (ns). A sync near the
+    /// end of its step's window (the window closes when the GPU work is done) continues
+    /// into the next step's leading idle.
     pub gpu_idle_after_ns: i64,
 }
 
@@ -206,19 +212,27 @@ pub fn timeline(p: &Profile) -> Timeline {
                 }
                 m.idle.add(&idle);
             }
-            // Sync points of this step.
+            // Sync points of this step; `to_edge`: those idle until the step's end.
             let mut step_syncs = Vec::new();
+            let mut to_edge: Vec<usize> = Vec::new();
+
             for &ri in &syncs {
                 let r = &p.runtime[ri as usize];
                 if r.ts_ns < s.start_ns || r.ts_ns >= s.end_ns {
                     continue;
                 }
                 let end = r.end_ns();
+                // GPU work ending within SYNC_SKEW_NS after the call returns is what it
+                // waited for (`.item()`'s own 4-byte copy), seen late by clock skew
+                // between the host and GPU timelines: not work that keeps the GPU busy.
                 let next = busy
                     .iter()
-                    .find(|&&(_, b)| b > end)
+                    .find(|&&(_, b)| b > end + SYNC_SKEW_NS)
                     .map(|&(a, _)| a.max(end));
                 let idle_after = next.unwrap_or(s.end_ns).min(s.end_ns) - end;
+                if next.is_none_or(|n| n >= s.end_ns) {
+                    to_edge.push(step_syncs.len());
+                }
                 step_syncs.push(SyncPoint {
                     api: r.name.to_string(),
                     runtime: ri,
@@ -229,10 +243,24 @@ pub fn timeline(p: &Profile) -> Timeline {
                     gpu_idle_after_ns: idle_after.max(0),
                 });
             }
-            ((lo, hi), m, gaps, step_syncs)
+            ((lo, hi), m, gaps, step_syncs, to_edge, (busy, s.end_ns))
         })
         .collect();
-    for ((lo, hi), m, gaps, step_syncs) in per_step {
+    // The idle after a sync at a step's edge goes on into the next step: up to the next
+    // step's first GPU work that the sync did not wait for.
+    let busy_of: Vec<(Vec<(i64, i64)>, i64)> = per_step.iter().map(|x| x.5.clone()).collect();
+    for (si, ((lo, hi), m, gaps, mut step_syncs, to_edge, _)) in per_step.into_iter().enumerate() {
+        if let Some((busy, next_end)) = busy_of.get(si + 1) {
+            for i in to_edge {
+                let sp = &mut step_syncs[i];
+                let end = p.runtime[sp.runtime as usize].end_ns();
+                let next = busy
+                    .iter()
+                    .find(|&&(_, b)| b > end + SYNC_SKEW_NS)
+                    .map_or(*next_end, |&(a, _)| a.max(end));
+                sp.gpu_idle_after_ns = sp.gpu_idle_after_ns.max(next.min(*next_end) - end);
+            }
+        }
         t.gpu_in_steps.extend(lo as u32..hi as u32);
         t.idle_gaps.extend(gaps);
         t.syncs.extend(step_syncs);

@@ -158,9 +158,86 @@ pub fn kernel_key(name: &str) -> String {
     base.to_string()
 }
 
+/// What tells apart kernels that share a [`kernel_key`] (`elementwise_kernel` runs add,
+/// mul, copy...): the first two identifiers of its template arguments, without namespace
+/// qualifiers, keywords, primitive types and template placeholders (`T1`). The same in
+/// ncu's and Kineto's demanglings; empty for names without template arguments.
+pub fn kernel_detail(name: &str) -> String {
+    const SKIP: &[&str] = &[
+        "void",
+        "const",
+        "unsigned",
+        "signed",
+        "int",
+        "long",
+        "short",
+        "char",
+        "float",
+        "double",
+        "bool",
+        "half",
+        "lambda",
+        "instance",
+        "auto",
+        "struct",
+        "class",
+        "anonymous",
+        "namespace",
+        "unnamed",
+    ];
+    let Some(start) = name.find('<') else {
+        return String::new();
+    };
+    let b = &name.as_bytes()[start + 1..];
+    let mut out: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < b.len() && out.len() < 2 {
+        let c = b[i];
+        if c.is_ascii_alphabetic() || c == b'_' || c.is_ascii_digit() {
+            let j = i + b[i..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            let word = &name[start + 1 + i..start + 1 + j];
+            let qualifier = b[j..].starts_with(b"::");
+            let placeholder = word.len() > 1
+                && word.starts_with('T')
+                && word[1..].bytes().all(|c| c.is_ascii_digit());
+            if !(c.is_ascii_digit() || qualifier || placeholder || SKIP.contains(&word)) {
+                out.push(word);
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out.join(",")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::kernel_key;
+    use super::{kernel_detail, kernel_key};
+
+    #[test]
+    fn details_tell_functors_apart_and_agree_across_demanglings() {
+        let ncu_add = "void elementwise_kernel<128, 2, void gpu_kernel_impl_nocast<CUDAFunctor_add<float>>(TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)";
+        let kineto_add = "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctor_add<float> >(at::TensorIteratorBase&, at::native::CUDAFunctor_add<float> const&)::{lambda(int)#1})";
+        let ncu_mul = "void elementwise_kernel<128, 2, void gpu_kernel_impl_nocast<BinaryFunctor<float, float, float, binary_internal::MulFunctor<float>>>(TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)";
+        assert_eq!(
+            kernel_detail(ncu_add),
+            "gpu_kernel_impl_nocast,CUDAFunctor_add"
+        );
+        assert_eq!(kernel_detail(ncu_add), kernel_detail(kineto_add));
+        assert_ne!(kernel_detail(ncu_add), kernel_detail(ncu_mul));
+        assert_eq!(kernel_key(ncu_add), kernel_key(ncu_mul));
+        let ncu = "void vectorized_elementwise_kernel<4, CUDAFunctorOnSelf_add<float>, std::array<char *, 2>>(int, T2, T3)";
+        let kineto = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul> >(int, at::native::CUDAFunctorOnSelf_add<float>, std::array<char*, 2ul>)";
+        assert_eq!(kernel_detail(ncu), kernel_detail(kineto));
+        assert_eq!(
+            kernel_detail("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"),
+            ""
+        );
+    }
 
     #[test]
     fn keys_agree_across_demanglings() {

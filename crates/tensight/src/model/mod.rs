@@ -947,8 +947,11 @@ pub struct BundleFiles {
 /// Step times the collector measured itself, in milliseconds.
 #[derive(Debug, Default, Clone, Serialize, PartialEq)]
 pub struct BundleTiming {
-    /// Step times of the warm-up steps, run without the profiler.
+    /// Step times of the warm-up steps, run without the profiler (host clock).
     pub step_ms_unprofiled: Vec<f64>,
+    /// The same steps timed by CUDA events at their boundaries (the GPU's view: right
+    /// also when the host runs ahead of a GPU-bound queue); empty without CUDA.
+    pub step_ms_unprofiled_gpu: Vec<f64>,
     /// Step times of the recorded steps, under the profiler.
     pub step_ms_profiled: Vec<f64>,
 }

@@ -189,6 +189,7 @@ pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
         },
         timing: BundleTiming {
             step_ms_unprofiled: floats("step_ms_unprofiled"),
+            step_ms_unprofiled_gpu: floats("step_ms_unprofiled_gpu"),
             step_ms_profiled: floats("step_ms_profiled"),
         },
     })

@@ -331,15 +331,20 @@ pub fn attach(p: &mut Profile, mut hw: Hardware) {
         al.method = "no kernels in the trace to align with".into();
     }
     al.unmatched_rows = hw.kernels.len() - al.matched;
-    let mut first: HashMap<&Sig, u32> = HashMap::new();
+    // Trace kernels of other steps take the counters of the first row with their
+    // signature; the template detail keeps add and mul (one `elementwise_kernel` key)
+    // apart.
+    let mut first: HashMap<(&Sig, String), u32> = HashMap::new();
     for (r, s) in row_sigs.iter().enumerate() {
-        first.entry(s).or_insert(r as u32);
+        let d = crate::model::hardware::kernel_detail(&hw.kernels[r].name);
+        first.entry((s, d)).or_insert(r as u32);
     }
     for (i, s) in trace_sigs.iter().enumerate() {
         if by_gpu[i].is_some() {
             continue;
         }
-        if let Some(r) = s.as_ref().and_then(|s| first.get(s)) {
+        let d = crate::model::hardware::kernel_detail(&p.gpu[i].name);
+        if let Some(r) = s.as_ref().and_then(|s| first.get(&(s, d))) {
             by_gpu[i] = Some(*r);
             al.applied_by_signature += 1;
         }

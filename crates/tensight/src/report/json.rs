@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.2",
+//!   "schema_version": "1.3",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
 //!   "bundle": {                                // since 1.1; null unless a bundle was read
@@ -19,7 +19,8 @@
 //!     "program": { "status": "completed"|"crashed"|"running"|str,
 //!                  "exit_code": int|null, "error": str|null },
 //!     "files": { "trace", "execution_trace", "ncu": str|null },  // relative to dir
-//!     "timing": { "step_ms_unprofiled": [float], "step_ms_profiled": [float] } } | null,
+//!     "timing": { "step_ms_unprofiled": [float], "step_ms_profiled": [float],
+//!                 "step_ms_unprofiled_gpu": [float] } } | null,  // _gpu since 1.3
 //!   "execution_trace": { "source": str, "schema": str,   // since 1.1; null without one
 //!                        "nodes": int, "linked": int,   // nodes linked to a Kineto op
 //!                        "tensors": int } | null,       // tensor arguments recorded
@@ -72,7 +73,13 @@
 //!   "diagnosis": {
 //!     "primary_bottleneck": Finding | null,    // largest estimated saving
 //!     "bottlenecks": [ Finding ],              // largest saving first
-//!     "skipped_rules": [ { "code", "reason" } ] },
+//!     "skipped_rules": [ { "code", "reason" } ],
+//!     "unprofiled": {                          // since 1.3; null: savings on the profiled
+//!       "profiled_step_ms": float,             // timeline (no bundle timing, or the
+//!       "unprofiled_step_ms": float,           // profiler slowed the step < 1.15×)
+//!       "source": "cuda_events"|"host_clock",  // how the warm-up steps were timed
+//!       "scale": float,                        // every saving_ms was multiplied by it
+//!       "host_idle_cap_ms": float } | null },  // L001/C001/S001 capped at this
 //!   "import": { "warnings": [str],
 //!               "counters": [ { "name", "severity", "description", "count" } ] }
 //! }
@@ -97,7 +104,7 @@ use super::Report;
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.2";
+pub const SCHEMA_VERSION: &str = "1.3";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
@@ -205,6 +212,7 @@ pub fn to_value(r: &Report) -> Value {
             "primary_bottleneck": primary,
             "bottlenecks": r.diagnosis.findings,
             "skipped_rules": r.diagnosis.skipped,
+            "unprofiled": r.diagnosis.unprofiled,
         },
         "import": {
             "warnings": r.warnings,

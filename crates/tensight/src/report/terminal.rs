@@ -414,12 +414,28 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
                 f.category.label(),
                 f.code
             );
+            let step = if r.diagnosis.unprofiled.is_some() {
+                "unprofiled step"
+            } else {
+                "step"
+            };
             let _ = writeln!(
                 out,
-                "Estimated saving: {} per step ({:.1}% of the step)",
+                "Estimated saving: {} per step ({:.1}% of the {step})",
                 fmt_ms(f.saving_ms),
                 f.saving_pct
             );
+            if let Some(u) = &r.diagnosis.unprofiled {
+                let note = format!(
+                    "Savings are in unprofiled time: the profiler slowed the step {:.2}× \
+                     ({} against {} in the warm-up without it), so each is scaled by {:.2}.",
+                    1.0 / u.scale,
+                    fmt_ms(u.profiled_step_ms),
+                    fmt_ms(u.unprofiled_step_ms),
+                    u.scale
+                );
+                let _ = write!(out, "{}", t.dim(&wrap(&note, t.w, "")));
+            }
         }
         None => {
             let _ = writeln!(

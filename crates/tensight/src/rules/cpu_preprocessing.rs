@@ -2,12 +2,15 @@
 //! thread, while the GPU waits (normalising, resizing, augmenting before `.cuda()`).
 
 use super::host_work::{
-    idle_overlap, inside_any, is_top_level, main_thread, step_of, Launched, Steady,
+    idle_overlap, inside_any, is_top_level, main_thread, not_computing, numel, step_of, Launched,
+    Steady,
 };
 use super::{
-    ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
+    ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule,
+    RuleMeta, Status,
 };
-use crate::model::{OpKind, Profile};
+use crate::analysis::flops::{parse_dims, parse_types, Dtype};
+use crate::model::{CopyDir, CpuOp, OpKind, Profile};
 use std::collections::{BTreeMap, HashSet};
 
 /// Registration.
@@ -26,21 +29,29 @@ Host-only tensor work inside the steps on the training thread: outermost operato
 (`aten::...`) that launched no GPU work at all (no kernel, memcpy or memset, under them
 or their children), and, when stacks were recorded, `torchvision/transforms` and PIL
 frames whose ops launched nothing. These are CPU tensors being computed on: normalising,
-resizing, casting, augmenting, building masks. Left to other rules: cheap bookkeeping
-ops (views, `empty`, `item`), factory ops copied to the GPU right after (C003), work
-between a GPU → CPU → GPU round trip (C002) and work inside DataLoader `__next__`
-(D003).
+resizing, casting, augmenting, building masks. When such ops feed a host → device copy
+(`aten::to`, `_to_copy` or `copy_` with an HtoD memcpy, with no op launching GPU work
+between them and it), the chain also costs the time between its ops and the copy itself.
+Left to other rules: cheap bookkeeping ops (views, `empty`, `item`), factory ops copied
+to the GPU right after (C003), work between a GPU → CPU → GPU round trip (C002) and work
+inside DataLoader `__next__` (D003).
 
 ## Why it costs time
 The training thread does this work in series with the step. While it runs, no kernel is
-launched, and once the queued ones finish the GPU idles. The same ops on a GPU tensor
-take microseconds; in DataLoader workers they run in parallel with the step.
+launched, and once the queued ones finish the GPU idles. Between the ops the thread
+releases their large CPU intermediates (returning them to the OS costs time that grows
+with their size) and then copies the result, often bigger than the raw input (uint8 →
+float32), from pageable memory while the host blocks. The same ops on a GPU tensor take
+microseconds, only the raw input needs to move; in DataLoader workers they run in
+parallel with the step.
 
 ## Example
 Between the step's start and `aten::to` (`.cuda()`), the main thread runs `aten::to`
 (uint8 → float32 on the CPU) 80 µs, `aten::div` 60 µs, `aten::upsample_bilinear2d`
 400 µs, `aten::sub` and `aten::div` 150 µs, none of which launched GPU work, with the
-GPU idle throughout.
+GPU idle throughout. Between them the thread frees the previous op's 20 MB float32
+result (a `[memory]` event of −20 MB, then 100 µs with no op), and the final `aten::to`
+copies 20 MB from pageable memory for 2 ms where the uint8 input was 5 MB.
 
 ## Fix
 ```python
@@ -57,8 +68,23 @@ x = (x - mean_gpu) / std_gpu
 For image augmentation: torchvision transforms v2 on CUDA tensors, Kornia or DALI.
 
 ## Thresholds
-The saving is the GPU idle time during these ops' host time (each instant once),
-averaged over steps; the GPU equivalents (a few µs of kernels) are not subtracted.
+The saving is the GPU idle time during these ops' host time (each instant once). For a
+chain of them feeding a host → device copy (the counted ops after the last op that
+launched GPU work, or the step's start, and before the copy) it adds the GPU idle time
+of:
+- each gap between the chain's ops, before the copy and after it (up to the next op or
+  the step's end), less the Python calls that start in it (library wrappers and modules
+  run the same on GPU tensors): up to 50 µs of interpreter glue, or, when the thread
+  freed a CPU block of at least 128 KiB in the gap (glibc's default mmap threshold:
+  releasing the chain's intermediates), up to the duration of the chain's longest op
+  (releasing a buffer costs less than filling it);
+- the copy op: its host time while the GPU ran nothing but this copy, times the share of
+  the copied bytes that would not move if the ops ran on the GPU: 1 − (bytes of the first
+  chain op's tensor inputs) / (bytes copied), clamped to [0, 1]; 0 when shapes were not
+  recorded or an input is a tensor list. That part is also in D001's saving on the same
+  copy when the copy is pageable.
+The total is at most the GPU idle time of the steps averaged over, and is averaged over
+them; the GPU equivalents (a few µs of kernels) are not subtracted.
 Reported when it is at least 50 µs per step and 1% of the step.
 Per-step figures leave out a first step slower than twice the others' median (warm-up)
 and, when the trace has no step markers, everything before the first GPU activity
@@ -76,6 +102,14 @@ const MIN_SAVING_MS: f64 = 0.05;
 const MIN_SHARE_PCT: f64 = 1.0;
 /// Most offenders listed as locations.
 const MAX_SITES: usize = 5;
+/// Time between two ops of a chain counted without further evidence: Python glue (ns).
+const GLUE_NS: i64 = 50_000;
+/// Smallest CPU free that shows a gap is spent releasing the chain's intermediates
+/// (glibc's default mmap threshold: larger blocks go back to the OS, at a cost that grows
+/// with their size; smaller ones return to the heap in microseconds).
+const FREE_MIN_BYTES: i64 = 128 * 1024;
+/// Ops that move a tensor to another device.
+const COPIES: &[&str] = &["aten::to", "aten::_to_copy", "aten::copy_"];
 
 /// Host-only ops that cost nothing worth moving (metadata, views, allocation, scalar
 /// reads), or whose cost other rules own.
@@ -218,17 +252,38 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     }
     // Each instant once (ops never overlap each other; frames hold no counted op).
-    ranges.sort();
-    let mut merged: Vec<(i64, i64)> = Vec::new();
-    for (a, b) in ranges {
-        match merged.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => merged.push((a, b)),
-        }
-    }
+    let merged = merge(ranges);
     let n = steady.n;
-    let idle_ns: i64 = merged.iter().map(|&(a, b)| idle_overlap(gaps, a, b)).sum();
     let host_ns: i64 = merged.iter().map(|&(a, b)| b - a).sum();
+    let ops_idle_ns: i64 = merged.iter().map(|&(a, b)| idle_overlap(gaps, a, b)).sum();
+    // The chains that feed a host→device copy: the time between their ops, the copy and
+    // the time after it.
+    let chains = chains(
+        ctx,
+        launched,
+        &steady,
+        &merged,
+        &claimed,
+        &trips,
+        (pid, tid),
+    );
+    let mut pieces: Vec<(i64, i64)> = merged.clone();
+    pieces.extend(chains.iter().flat_map(|c| c.gaps.iter().copied()));
+    let pieces = merge(pieces);
+    let gap_idle_ns: i64 = pieces
+        .iter()
+        .map(|&(a, b)| idle_overlap(gaps, a, b))
+        .sum::<i64>()
+        - ops_idle_ns;
+    let copy_ns: i64 = chains.iter().map(|c| c.copy_counted_ns).sum();
+    // Never more than the GPU idled in the steps averaged over.
+    let cap_ns: i64 = p
+        .steps
+        .iter()
+        .skip(steady.first)
+        .map(|s| idle_overlap(gaps, s.start_ns.max(steady.from_ns), s.end_ns))
+        .sum();
+    let idle_ns = (ops_idle_ns + gap_idle_ns + copy_ns).min(cap_ns);
     let saving_ms = idle_ns as f64 / 1e6 / n;
     if saving_ms < MIN_SAVING_MS || saving_ms < MIN_SHARE_PCT / 100.0 * ctx.step_ms() {
         return Vec::new();
@@ -236,9 +291,14 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let mut ranked: Vec<(&(String, String), &Site)> = sites.iter().collect();
     ranked.sort_by(|a, b| b.1.idle_ns.cmp(&a.1.idle_ns).then_with(|| a.0.cmp(b.0)));
     let top = ranked[0];
-    let locations: Vec<Location> = ranked
+    let per_step = |ns: i64| fmt_ms(ns as f64 / 1e6 / n);
+    let mut locations: Vec<Location> = ranked
         .iter()
-        .take(MAX_SITES)
+        .take(if chains.is_empty() {
+            MAX_SITES
+        } else {
+            MAX_SITES - 1
+        })
         .map(|((name, source), s)| {
             let mut l = match (s.frame, s.op) {
                 (false, Some(o)) => op_location(p, o),
@@ -250,40 +310,112 @@ fn check(ctx: &Context) -> Vec<Finding> {
             if l.source.is_none() && !source.is_empty() {
                 l.source = Some(source.clone());
             }
-            l.tensor = Some(format!(
-                "{} per step on the CPU",
-                fmt_ms(s.host_ns as f64 / 1e6 / n)
-            ));
+            l.tensor = Some(format!("{} per step on the CPU", per_step(s.host_ns)));
             l
         })
         .collect();
+    // The copy that moves the chains' result, when there is one.
+    if let Some(c) = chains.iter().max_by_key(|c| c.copy_host_ns) {
+        let mut l = op_location(p, c.copy);
+        l.kernel = Some("Memcpy HtoD".into());
+        l.tensor = Some(format!(
+            "{} per step copying the preprocessed result to the GPU",
+            per_step(chains.iter().map(|c| c.copy_host_ns).sum())
+        ));
+        locations.push(l);
+    }
     let offenders: Vec<String> = ranked
         .iter()
         .take(3)
-        .map(|((name, _), s)| format!("{name} {}", fmt_ms(s.idle_ns as f64 / 1e6 / n)))
+        .map(|((name, _), s)| format!("{name} {}", per_step(s.idle_ns)))
         .collect();
     let at = if top.0 .1.is_empty() {
         String::new()
     } else {
         format!(" at {}", top.0 .1)
     };
+    let chain_text = if chains.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; counting the time between them ({} per step) and the copy of their result to the GPU ({} per step), the GPU idles {} per step on their account",
+            per_step(gap_idle_ns),
+            per_step(copy_ns),
+            fmt_ms(saving_ms)
+        )
+    };
+    let mut evidence = vec![
+        ev("CPU-only tensor work per step", per_step(host_ns)),
+        ev(
+            "share of the step",
+            format!(
+                "{:.1}%",
+                100.0 * host_ns as f64 / 1e6 / n / ctx.step_ms().max(1e-9)
+            ),
+        ),
+        ev("GPU idle during it per step", per_step(ops_idle_ns)),
+        ev("top offenders (GPU idle per step)", offenders.join(", ")),
+    ];
+    if !chains.is_empty() {
+        let copied: u64 = chains.iter().map(|c| c.copy_bytes).sum();
+        let kept: Vec<String> = chains
+            .iter()
+            .map(|c| format!("{:.0}%", 100.0 * c.moved_share))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        evidence.extend([
+            ev(
+                "host→device copies fed by these ops per step",
+                format!(
+                    "{:.1} ({})",
+                    chains.len() as f64 / n,
+                    fmt_bytes(copied as f64 / n)
+                ),
+            ),
+            ev(
+                "GPU idle between the chain's ops and after the copy per step",
+                per_step(gap_idle_ns),
+            ),
+            ev(
+                "copy time counted per step",
+                format!(
+                    "{} of {} (share of the copied bytes that would not move: {})",
+                    per_step(copy_ns),
+                    per_step(chains.iter().map(|c| c.copy_not_computing_ns).sum()),
+                    kept.join(", ")
+                ),
+            ),
+        ]);
+    }
+    if idle_ns < ops_idle_ns + gap_idle_ns + copy_ns {
+        evidence.push(ev("capped at the GPU idle time per step", per_step(cap_ns)));
+    }
     let d = Draft {
         title: "Tensors are preprocessed on the CPU inside the step".into(),
         message: format!(
-            "The training thread spends {} per step in {} CPU-only tensor ops that launch no GPU work (largest: `{}`{at}); the GPU idles {} per step meanwhile",
-            fmt_ms(host_ns as f64 / 1e6 / n),
+            "The training thread spends {} per step in {} CPU-only tensor ops that launch no GPU work (largest: `{}`{at}); the GPU idles {} per step meanwhile{chain_text}",
+            per_step(host_ns),
             sites.len(),
             top.0 .0,
-            fmt_ms(saving_ms),
+            per_step(ops_idle_ns),
         ),
         saving_ms,
-        estimate: format!("GPU idle time during the host time of these CPU-only ops (each instant once), averaged over steps; the few µs their GPU equivalents would take are not subtracted{}", steady.note),
-        evidence: vec![
-            ev("CPU-only tensor work per step", fmt_ms(host_ns as f64 / 1e6 / n)),
-            ev("share of the step", format!("{:.1}%", 100.0 * host_ns as f64 / 1e6 / n / ctx.step_ms().max(1e-9))),
-            ev("GPU idle during it per step", fmt_ms(saving_ms)),
-            ev("top offenders (GPU idle per step)", offenders.join(", ")),
-        ],
+        estimate: format!(
+            "GPU idle time during the host time of these CPU-only ops (each instant once){}; in all at most the steps' GPU idle time, averaged over steps; the few µs their GPU equivalents would take are not subtracted{}{}",
+            if chains.is_empty() {
+                ""
+            } else {
+                "; for the ops feeding a host→device copy, also the GPU idle time between them, before the copy and right after it, outside the Python calls made there, that is interpreter glue (up to 50 µs a gap) or the release of their CPU intermediates (a gap holding a CPU free of 128 KiB or more: up to the chain's longest op), and the time the copy op held the host while the GPU ran nothing else, times the share of the copied bytes that would not move if the ops ran on the GPU (1 − the bytes of the first op's inputs / the bytes copied; 0 without recorded shapes)"
+            },
+            steady.note,
+            if chains.is_empty() {
+                ""
+            } else {
+                ". The copy time counted here is also in D001's saving on the same copy: do not add the two"
+            },
+        ),
+        evidence,
         explanation: format!(
             "These ops compute on CPU tensors on the training thread, in series with the step: for {} per step no kernel is launched and the GPU idles. On the GPU the same ops take microseconds; in DataLoader workers they run in parallel with training.",
             fmt_ms(saving_ms)
@@ -296,6 +428,266 @@ fn check(ctx: &Context) -> Vec<Finding> {
         locations,
     };
     vec![d.finish(&META, ctx)]
+}
+
+/// Sorted ranges with overlapping ones joined.
+fn merge(mut ranges: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(i64, i64)> = Vec::new();
+    for (a, b) in ranges {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
+}
+
+/// CPU-only ops feeding one host→device copy.
+struct Chain {
+    /// The copy op (top level).
+    copy: u32,
+    /// Counted parts of the time between the chain's ops, before the copy and after it.
+    gaps: Vec<(i64, i64)>,
+    /// Bytes the copy moved to the GPU.
+    copy_bytes: u64,
+    /// Share of those bytes that would not move if the chain ran on the GPU (0..=1).
+    moved_share: f64,
+    /// Host time of the copy op, ns.
+    copy_host_ns: i64,
+    /// Of the copy op's host time, the part while the GPU ran nothing but this copy, ns.
+    copy_not_computing_ns: i64,
+    /// `copy_not_computing_ns` times `moved_share`, ns.
+    copy_counted_ns: i64,
+}
+
+/// For every host→device copy on the training thread in the steps averaged over: the
+/// counted CPU-only ranges (`counted`, merged) between the last op before it that
+/// launched GPU work (or the step's start) and the copy, with the time between them.
+fn chains(
+    ctx: &Context,
+    launched: &Launched,
+    steady: &Steady,
+    counted: &[(i64, i64)],
+    claimed: &HashSet<u32>,
+    trips: &[(i64, i64)],
+    (pid, tid): (i64, i64),
+) -> Vec<Chain> {
+    let p = ctx.profile;
+    let gaps = &ctx.metrics.timeline.idle_gaps;
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for &gi in &ctx.metrics.timeline.gpu_in_steps {
+        let Some(g) = p.gpu.get(gi as usize) else {
+            continue;
+        };
+        if g.copy_dir() != Some(CopyDir::HtoD) {
+            continue;
+        }
+        let Some(op) = g.op else { continue };
+        let copy = p.top_level_op(op);
+        let Some(c) = p.ops.get(copy as usize) else {
+            continue;
+        };
+        if c.pid != pid
+            || c.tid != tid
+            || !COPIES.contains(&&*c.name)
+            || claimed.contains(&copy)
+            || !steady.includes(p, c.ts_ns)
+            || in_data_loader(p, copy)
+            || inside_any(trips, c.ts_ns, c.end_ns())
+            || !seen.insert(copy)
+        {
+            continue;
+        }
+        let Some(si) = step_of(&p.steps, c.ts_ns) else {
+            continue;
+        };
+        let step = &p.steps[si];
+        // Walk back to the last top-level op that launched GPU work or belongs to
+        // another rule (a factory C003 owns, a DataLoader fetch, a round trip).
+        let mut lo = step.start_ns;
+        let mut j = copy as usize;
+        while j > 0 {
+            j -= 1;
+            let o = &p.ops[j];
+            if o.pid != pid || o.tid != tid || o.end_ns() <= lo {
+                break;
+            }
+            if o.kind != OpKind::Op || o.end_ns() > c.ts_ns || !is_top_level(p, j as u32) {
+                continue;
+            }
+            let k = j as u32;
+            if !launched.host_only(k)
+                || claimed.contains(&k)
+                || in_data_loader(p, k)
+                || inside_any(trips, o.ts_ns, o.end_ns())
+            {
+                lo = o.end_ns();
+                break;
+            }
+        }
+        let from = counted.partition_point(|r| r.0 < lo);
+        let to = counted.partition_point(|r| r.1 <= c.ts_ns);
+        let Some(ops) = counted.get(from..to).filter(|s| !s.is_empty()) else {
+            continue;
+        };
+        let longest = ops.iter().map(|&(a, b)| b - a).max().unwrap_or(0);
+        let allowance = |a: i64, b: i64| {
+            if frees_cpu_memory(p, tid, a, b) {
+                GLUE_NS.max(longest)
+            } else {
+                GLUE_NS
+            }
+        };
+        let mut holes: Vec<(i64, i64)> = ops.windows(2).map(|w| (w[0].1, w[1].0)).collect();
+        holes.push((ops[ops.len() - 1].1, c.ts_ns));
+        // After the copy: up to the next top-level op on the thread, or the step's end.
+        let next = p.ops[copy as usize + 1..]
+            .iter()
+            .enumerate()
+            .take_while(|(_, o)| o.pid == pid && o.tid == tid)
+            .find(|&(k, o)| {
+                o.kind == OpKind::Op
+                    && o.ts_ns >= c.end_ns()
+                    && is_top_level(p, (copy as usize + 1 + k) as u32)
+            })
+            .map_or(step.end_ns, |(_, o)| o.ts_ns.min(step.end_ns));
+        holes.push((c.end_ns(), next));
+        let gaps_counted: Vec<(i64, i64)> = holes
+            .into_iter()
+            .filter(|&(a, b)| b > a)
+            .flat_map(|(a, b)| outside_calls(p, (pid, tid), a, b, allowance(a, b)))
+            .collect();
+        let memcpys: Vec<u32> = ctx
+            .metrics
+            .timeline
+            .gpu_in_steps
+            .iter()
+            .copied()
+            .filter(|&k| {
+                let a = &p.gpu[k as usize];
+                a.copy_dir() == Some(CopyDir::HtoD)
+                    && a.op.is_some_and(|o| p.top_level_op(o) == copy)
+            })
+            .collect();
+        let copy_bytes: u64 = memcpys
+            .iter()
+            .filter_map(|&k| p.gpu[k as usize].bytes)
+            .sum();
+        let first = first_chain_op(p, launched, ops[0].0, c.ts_ns, (pid, tid));
+        let moved_share = match (
+            first.and_then(|f| input_bytes(&p.ops[f as usize])),
+            copy_bytes,
+        ) {
+            (Some(src), b) if b > 0 => (1.0 - src as f64 / b as f64).clamp(0.0, 1.0),
+            _ => 0.0,
+        };
+        let nc = not_computing(p, gaps, c.ts_ns, c.end_ns(), &memcpys);
+        out.push(Chain {
+            copy,
+            gaps: gaps_counted,
+            copy_bytes,
+            moved_share,
+            copy_host_ns: c.dur_ns,
+            copy_not_computing_ns: nc,
+            copy_counted_ns: (nc as f64 * moved_share) as i64,
+        });
+    }
+    out
+}
+
+/// The parts of the gap [a, b) on the thread outside the Python calls made in it, the
+/// first `budget` ns of them. A call made between two ops (a library wrapper such as
+/// `F.interpolate`, a module's `forward`) runs the same on GPU tensors; the rest is the
+/// interpreter between the calls and the release of the chain's intermediates.
+fn outside_calls(
+    p: &Profile,
+    (pid, tid): (i64, i64),
+    a: i64,
+    b: i64,
+    budget: i64,
+) -> Vec<(i64, i64)> {
+    let frames = &p.python_frames;
+    let from = frames.partition_point(|f| (f.pid, f.tid, f.ts_ns) < (pid, tid, a));
+    let mut out = Vec::new();
+    let (mut cursor, mut left) = (a, budget);
+    let mut take = |x: i64, y: i64, out: &mut Vec<(i64, i64)>| {
+        let y = y.min(x + left);
+        if y > x {
+            out.push((x, y));
+            left -= y - x;
+        }
+    };
+    for f in frames[from..]
+        .iter()
+        .take_while(|f| f.pid == pid && f.tid == tid && f.ts_ns < b)
+    {
+        if f.ts_ns < cursor {
+            continue;
+        }
+        take(cursor, f.ts_ns, &mut out);
+        cursor = f.end_ns().min(b);
+    }
+    take(cursor, b, &mut out);
+    out
+}
+
+/// True when the thread freed a CPU block of at least [`FREE_MIN_BYTES`] in [a, b).
+fn frees_cpu_memory(p: &Profile, tid: i64, a: i64, b: i64) -> bool {
+    let from = p.memory.partition_point(|m| m.ts_ns < a);
+    p.memory[from..]
+        .iter()
+        .take_while(|m| m.ts_ns < b)
+        .any(|m| m.tid == tid && !m.is_gpu() && m.bytes <= -FREE_MIN_BYTES)
+}
+
+/// The first top-level CPU-only op in [a, b) on the thread that is not bookkeeping.
+fn first_chain_op(
+    p: &Profile,
+    launched: &Launched,
+    a: i64,
+    b: i64,
+    (pid, tid): (i64, i64),
+) -> Option<u32> {
+    let from = p
+        .ops
+        .partition_point(|o| (o.pid, o.tid, o.ts_ns) < (pid, tid, a));
+    p.ops[from..]
+        .iter()
+        .enumerate()
+        .take_while(|(_, o)| o.pid == pid && o.tid == tid && o.ts_ns < b)
+        .map(|(k, o)| ((from + k) as u32, o))
+        .find(|&(k, o)| {
+            o.kind == OpKind::Op
+                && o.name.contains("::")
+                && !CHEAP.contains(&&*o.name)
+                && is_top_level(p, k)
+                && launched.host_only(k)
+        })
+        .map(|(k, _)| k)
+}
+
+/// Bytes of an op's tensor inputs from the recorded shapes and types; `None` when
+/// shapes were not recorded, no input is a tensor, or one is a list of tensors (whose
+/// sizes the trace does not give).
+fn input_bytes(o: &CpuOp) -> Option<u64> {
+    let dims = parse_dims(o.input_dims.as_deref()?);
+    let types = parse_types(o.input_types.as_deref()?);
+    if types
+        .iter()
+        .any(|t| t.ends_with("List") && t != "ScalarList")
+    {
+        return None;
+    }
+    let mut total = None;
+    for (d, t) in dims.iter().zip(&types) {
+        let Some(dt) = Dtype::from_kineto(t) else {
+            continue;
+        };
+        total = Some(total.unwrap_or(0) + numel(d).saturating_mul(dt.itemsize() as u64));
+    }
+    total
 }
 
 /// True when op `i` runs inside a DataLoader `__next__` annotation (D003's).
@@ -349,7 +741,8 @@ fn transform_frames(p: &Profile, pid: i64, tid: i64, launched: &Launched) -> Vec
 #[cfg(test)]
 mod tests {
     use crate::testing::finding;
-    use crate::testing::{codes, TraceBuilder};
+    use crate::testing::{codes, TraceBuilder, PID, TID};
+    use serde_json::json;
 
     /// Steps of 3 ms: (with `cpu`) 1 ms of CPU-only ops (`aten::div` 300 µs,
     /// `aten::upsample_bilinear2d` 700 µs) and a view, then `.cuda()` and a 1 ms kernel;
@@ -413,5 +806,226 @@ mod tests {
     #[test]
     fn silent_when_ops_run_on_gpu() {
         assert!(!codes(&trace(false).report()).contains(&"C004"));
+    }
+
+    /// How [`chain_trace`] records the chain.
+    #[derive(Clone, Copy)]
+    struct Chain {
+        /// `Input Dims`/`Input type` recorded.
+        shapes: bool,
+        /// CPU frees of the intermediates recorded in the gaps.
+        frees: bool,
+        /// An op that launches a kernel between the chain and the copy.
+        launch_between: bool,
+    }
+
+    const ALL: Chain = Chain {
+        shapes: true,
+        frees: true,
+        launch_between: false,
+    };
+
+    /// A CPU `[memory]` free on the main thread.
+    fn cpu_free(b: &mut TraceBuilder, ts: f64, bytes: i64) {
+        b.raw(
+            json!({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+            "pid": PID, "tid": TID, "ts": ts, "args": {"Total Reserved": 0, "Total Allocated": 0,
+            "Bytes": -bytes, "Device Id": -1, "Device Type": 0, "Addr": 1}}),
+        );
+    }
+
+    /// Steps of 10 ms: `aten::to` (uint8 → float32, 1 ms) at 100 µs, a 400 µs gap,
+    /// `aten::div` (1 ms), a 200 µs gap, then `.cuda()`: `aten::to` of 1.2 ms whose pageable
+    /// HtoD memcpy runs 1 ms and moves 4× the uint8 input's bytes, a 200 µs gap, then
+    /// `aten::mm` with a 1 ms kernel.
+    fn chain_trace(c: Chain) -> TraceBuilder {
+        let mut b = TraceBuilder::new();
+        let (numel, dims) = (8 * 3 * 64 * 64, json!([[8, 3, 64, 64], []]));
+        for s in 0..3 {
+            let t0 = 10_000.0 * s as f64;
+            b.step(s + 1, t0, 10_000.0);
+            b.frame("train.py(20): step", t0 + 1.0, 9_990.0);
+            let args = |types: serde_json::Value| {
+                if c.shapes {
+                    json!({"Input Dims": dims, "Input type": types})
+                } else {
+                    json!({})
+                }
+            };
+            b.op_with(
+                "aten::to",
+                t0 + 100.0,
+                1_000.0,
+                args(json!(["unsigned char", "Scalar"])),
+            );
+            b.op_with(
+                "aten::div",
+                t0 + 1_500.0,
+                1_000.0,
+                args(json!(["float", "Scalar"])),
+            );
+            if c.frees {
+                cpu_free(&mut b, t0 + 1_105.0, 4 * numel);
+                cpu_free(&mut b, t0 + 2_505.0, 4 * numel);
+                cpu_free(&mut b, t0 + 3_905.0, 4 * numel);
+            }
+            if c.launch_between {
+                let add = b.op("aten::add", t0 + 2_550.0, 50.0);
+                b.kernel(
+                    "add_kernel",
+                    add,
+                    t0 + 2_560.0,
+                    t0 + 2_570.0,
+                    5.0,
+                    [64, 1, 1],
+                    [256, 1, 1],
+                );
+            }
+            let to = b.op_with(
+                "aten::to",
+                t0 + 2_700.0,
+                1_200.0,
+                args(json!(["float", "Scalar"])),
+            );
+            b.memcpy(
+                "HtoD",
+                "Pageable",
+                "Device",
+                to,
+                t0 + 2_750.0,
+                1_100.0,
+                t0 + 2_800.0,
+                1_000.0,
+                4 * numel as u64,
+            );
+            let mm = b.op("aten::mm", t0 + 4_100.0, 50.0);
+            b.kernel(
+                "gemm",
+                mm,
+                t0 + 4_110.0,
+                t0 + 4_120.0,
+                1_000.0,
+                [64, 1, 1],
+                [256, 1, 1],
+            );
+        }
+        b
+    }
+
+    #[test]
+    fn counts_the_chain_feeding_a_copy() {
+        let r = chain_trace(ALL).report();
+        let f = finding(&r, "C004");
+        // Ops 2 ms; the gaps (400 + 200 µs, and 200 µs after the copy) hold frees of the
+        // intermediates: 0.8 ms; the copy op holds the host 1.2 ms while the GPU runs
+        // only its copy, 3/4 of whose bytes would not move: 0.9 ms.
+        assert!((f.saving_ms - 3.7).abs() < 0.01, "saving {}", f.saving_ms);
+        // Never more than the GPU idles: 10 ms − 2 ms busy.
+        assert!(f.saving_ms <= 8.0);
+        assert!(f.estimate.contains("D001"), "{}", f.estimate);
+        assert!(f
+            .locations
+            .iter()
+            .any(|l| l.kernel.as_deref() == Some("Memcpy HtoD")));
+    }
+
+    #[test]
+    fn conservative_without_shapes_or_frees() {
+        // No frees: each gap counts 50 µs of glue; no shapes: none of the copy.
+        let r = chain_trace(Chain {
+            shapes: false,
+            frees: false,
+            ..ALL
+        })
+        .report();
+        let f = finding(&r, "C004");
+        assert!((f.saving_ms - 2.15).abs() < 0.01, "saving {}", f.saving_ms);
+    }
+
+    #[test]
+    fn no_chain_across_gpu_work() {
+        // A kernel launched between the ops and the copy: the copy moves something else,
+        // so only the ops' own time counts, as without a copy.
+        let r = chain_trace(Chain {
+            launch_between: true,
+            ..ALL
+        })
+        .report();
+        let f = finding(&r, "C004");
+        assert!((f.saving_ms - 2.0).abs() < 0.01, "saving {}", f.saving_ms);
+        assert!(f.locations.iter().all(|l| l.kernel.is_none()));
+    }
+
+    #[test]
+    fn silent_for_a_plain_copy() {
+        // `.cuda()` of a batch with no CPU work before it, blocking 1.2 ms while the GPU
+        // idles: D001's business, not a preprocessing chain.
+        let mut b = TraceBuilder::new();
+        for s in 0..3 {
+            let t0 = 3_000.0 * s as f64;
+            b.step(s + 1, t0, 3_000.0);
+            b.op("aten::view", t0 + 10.0, 5.0);
+            let to = b.op_with(
+                "aten::to",
+                t0 + 100.0,
+                1_200.0,
+                json!({"Input Dims": [[8, 3, 64, 64], []], "Input type": ["float", "Scalar"]}),
+            );
+            b.memcpy(
+                "HtoD",
+                "Pageable",
+                "Device",
+                to,
+                t0 + 150.0,
+                1_100.0,
+                t0 + 200.0,
+                1_000.0,
+                4 * 8 * 3 * 64 * 64,
+            );
+            let mm = b.op("aten::mm", t0 + 1_400.0, 50.0);
+            b.kernel(
+                "gemm",
+                mm,
+                t0 + 1_410.0,
+                t0 + 1_420.0,
+                1_000.0,
+                [64, 1, 1],
+                [256, 1, 1],
+            );
+        }
+        assert!(!codes(&b.report()).contains(&"C004"));
+    }
+
+    #[test]
+    fn capped_at_the_gpu_idle_time() {
+        // Steps of 3 ms: a 1 ms CPU-only cast, then a copy op of ~2 ms whose memcpy
+        // keeps the GPU busy 1.97 ms. Ops 1 ms + 3/4 of the copy's 1.99 ms exceed the
+        // GPU's 1.03 ms of idle time per step: the saving is that.
+        let mut b = TraceBuilder::new();
+        let numel: u64 = 8 * 3 * 64 * 64;
+        for s in 0..3 {
+            let t0 = 3_000.0 * s as f64;
+            b.step(s + 1, t0, 3_000.0);
+            b.op_with(
+                "aten::to",
+                t0,
+                1_000.0,
+                json!({"Input Dims": [[8, 3, 64, 64], []], "Input type": ["unsigned char", "Scalar"]}),
+            );
+            let to = b.op("aten::to", t0 + 1_000.0, 1_990.0);
+            b.memcpy(
+                "HtoD",
+                "Pageable",
+                "Device",
+                to,
+                t0 + 1_005.0,
+                1_980.0,
+                t0 + 1_010.0,
+                1_970.0,
+                4 * numel,
+            );
+        }
+        let f = finding(&b.report(), "C004").saving_ms;
+        assert!((f - 1.03).abs() < 0.01, "saving {f}");
     }
 }

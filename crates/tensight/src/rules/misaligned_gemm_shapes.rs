@@ -41,9 +41,11 @@ instead of 4096 made a 4096² GEMM 6.5× slower.
 ## Example
 BERT's output projection `aten::addmm` on `[141, 512] × [512, 30522]` (bf16) runs
 `cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2`: 30522 × 2 bytes is
-not a multiple of 16, so the kernel reads 2 elements at a time. Checked on an H200: a
-bf16 training step of a [2048, 768] × [768, 50257] projection (5.1 ms) was estimated to
-save 2.0 ms; padded to 50304 it measured 2.7 ms.
+not a multiple of 16, so the kernel reads 2 elements at a time. Checked on an H200: an
+autocast bf16 training step of a [4096, 1024] × [1024, 50257] output layer (10.45 ms;
+its forward and weight-gradient GEMMs ran `cutlass_75_..._align1` kernels at 97 and
+145 TFLOP/s, 7.3 ms) was estimated to save 5.96 ms; padded to 50304 it measured
+4.21 ms (6.24 ms saved).
 
 ## Fix
 ```python
@@ -59,12 +61,25 @@ Hugging Face: `model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=
 ## Thresholds
 Reported when misaligned 16-bit GEMMs take at least 1% of the kernel time
 (`MIN_SHARE_PCT`). The saving is a heuristic: each misaligned GEMM's kernel time less
-the time of the padded shape (misaligned dimensions rounded up to 8 or 16 elements)
-at the FLOP rate that aligned GEMMs of the same dtype and comparable size (¼× to 4× the
-FLOPs, `COMPARABLE`) reach in the same run; without such GEMMs, its roofline time
-(the larger of FLOPs / peak and bytes / bandwidth) divided by 0.5 (`REF_EFFICIENCY`:
-aligned GEMMs measured on an H200 reached 50–90% of their roofline); never below 5 µs
-(`MIN_GEMM_NS`). The step-time saving replays the trace with those times.
+the modelled time of the padded shape (misaligned dimensions rounded up to 8 or 16
+elements), never below 0, so it never exceeds the time of the misaligned GEMMs. The
+padded time is, in order of the evidence available:
+- the padded FLOPs at the FLOP rate that aligned GEMMs of the same dtype and
+  comparable size (¼× to 4× the FLOPs, `COMPARABLE`) reach in the same run;
+- else, when a kernel of the GEMM states a vector width below 16 bytes (`_align1`,
+  `_align2`, `_align4`: the narrow-load fallback is confirmed), the padded shape at the
+  device's ceilings with compute and memory not overlapped: its FLOPs with M and N
+  rounded up to whole 128-element tiles (`TILE`) at the bf16/fp16/fp8 peak, plus its
+  bytes at the memory bandwidth. Measured ceilings (an H200's 790 TFLOP/s bf16 and
+  4300 GB/s) are used as they are, datasheet ones derated to 80%
+  (`DATASHEET_EFFICIENCY`). On an H200 this sum was at or above the measured time of
+  aligned bf16 GEMMs from 8192² × 512 to 8192³ to within 10%, and 19.5 µs against the
+  19 µs measured for [141, 512] × [512, 30528];
+- else (only the shapes show the misalignment) that time divided by 0.5
+  (`WEAK_EFFICIENCY`).
+
+Never below 5 µs (`MIN_GEMM_NS`). The step-time saving replays the trace with those
+times.
 
 ## References
 - NVIDIA Deep Learning Performance guide: "Matrix Multiplication Background" and
@@ -78,8 +93,15 @@ aligned GEMMs measured on an H200 reached 50–90% of their roofline); never bel
 const MIN_SHARE_PCT: f64 = 1.0;
 /// Aligned GEMMs within this factor of FLOPs serve as the reference rate.
 const COMPARABLE: f64 = 4.0;
-/// Fraction of the roofline an aligned GEMM is assumed to reach without a reference.
-const REF_EFFICIENCY: f64 = 0.5;
+/// Without a reference and without a kernel that states narrow loads, the padded GEMM
+/// is assumed to reach this fraction of its modelled time at the ceilings.
+const WEAK_EFFICIENCY: f64 = 0.5;
+/// Fraction of datasheet ceilings a large GEMM reaches (an H200 measured 790 of 989
+/// TFLOP/s bf16 and 4300 of 4800 GB/s); measured ceilings are used as they are.
+const DATASHEET_EFFICIENCY: f64 = 0.8;
+/// Output tile edge (elements) of the high-throughput tensor-core GEMM kernels: M and N
+/// are computed in whole tiles.
+const TILE: u64 = 128;
 /// No GEMM is modelled shorter than this (ns).
 const MIN_GEMM_NS: f64 = 5_000.0;
 /// Vector width the kernels want, bytes.
@@ -106,10 +128,14 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let mut new_dur: HashMap<u32, i64> = HashMap::new();
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut gpu_saved_ns = 0i64;
-    let mut used_reference = 0usize;
+    // GEMMs per basis: reference rate, ceilings, discounted ceilings.
+    let mut bases = [0usize; 3];
+    let (mut bad_flops, mut aligned_total) = (0.0, 0.0);
     for g in &bad {
-        let (aligned_ns, reference) = aligned_time(g, &gemms, &c);
-        used_reference += reference as usize;
+        let (aligned_ns, basis) = aligned_time(g, &gemms, &c);
+        bases[basis as usize] += 1;
+        bad_flops += g.cost.flops;
+        aligned_total += aligned_ns.min(g.dur_ns as f64);
         let saved = (g.dur_ns as f64 - aligned_ns).max(0.0);
         gpu_saved_ns += saved.round() as i64;
         for &(gi, d) in &g.kernels {
@@ -166,14 +192,23 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "heuristic estimate: per misaligned GEMM, its kernel time less the time of the padded shape (dimensions rounded up to {} elements) at the FLOP rate of comparable aligned GEMMs of the same dtype in this run ({} of {} GEMMs had one), else at {:.0}% of the roofline ({:.0} TFLOP/s bf16, {:.0} GB/s), at least {} µs: {} of GPU time per step; the step saving replays the trace with those times",
+            "heuristic estimate: per misaligned GEMM, its kernel time less the modelled time of the padded shape (dimensions rounded up to {} elements): at the FLOP rate of comparable aligned GEMMs of the same dtype in this run ({:.0} of {:.0} per step), else at the ceilings ({:.0} TFLOP/s bf16, {:.0} GB/s{}) with M and N in whole {}-wide tiles, compute and memory not overlapped ({:.0} GEMMs per step whose kernels state narrow loads), that time doubled where only the shapes show the misalignment ({:.0} per step); at least {} µs. The misaligned GEMMs ran at {:.0} TFLOP/s, modelled padded at {:.0} TFLOP/s: {} of GPU time per step; the step saving replays the trace with those times",
             top.align,
-            used_reference,
-            bad.len(),
-            REF_EFFICIENCY * 100.0,
+            bases[Basis::Reference as usize] as f64 / n,
+            bad.len() as f64 / n,
             c.bf16_tflops,
             c.mem_bw_gbs,
+            if c.source == "datasheet" {
+                format!(", datasheet, derated to {:.0}%", DATASHEET_EFFICIENCY * 100.0)
+            } else {
+                String::new()
+            },
+            TILE,
+            bases[Basis::Ceiling as usize] as f64 / n,
+            bases[Basis::Discounted as usize] as f64 / n,
             MIN_GEMM_NS / 1e3,
+            tflops(bad_flops, bad_ns as f64),
+            tflops(bad_flops, aligned_total),
             fmt_ms(gpu_saved_ns as f64 / 1e6 / n)
         ),
         evidence: vec![
@@ -185,6 +220,16 @@ fn check(ctx: &Context) -> Vec<Finding> {
             ev(
                 "vector width stated by their kernels",
                 if stated.is_empty() { "not stated in the names".into() } else { stated.join(", ") },
+            ),
+            ev(
+                "achieved rate of the misaligned GEMMs",
+                format!(
+                    "{:.0} TFLOP/s ({:.0}% of the {:.0} TFLOP/s bf16 ceiling); modelled padded: {:.0} TFLOP/s",
+                    tflops(bad_flops, bad_ns as f64),
+                    100.0 * tflops(bad_flops, bad_ns as f64) / c.bf16_tflops.max(1e-9),
+                    c.bf16_tflops,
+                    tflops(bad_flops, aligned_total)
+                ),
             ),
             ev("GPU time saved per step (heuristic)", fmt_ms(gpu_saved_ns as f64 / 1e6 / n)),
             ev("step time saved per step (replayed)", fmt_ms(saving_ms)),
@@ -234,6 +279,9 @@ struct GemmOp {
     padded: (u64, u64, u64),
     kernels: Vec<(u32, i64)>,
     dur_ns: i64,
+    /// One of its kernels states a vector width narrower than `align` (`_align2`): the
+    /// narrow-load fallback is confirmed, not only inferred from the shapes.
+    narrow: bool,
 }
 
 impl GemmOp {
@@ -269,13 +317,18 @@ fn low_precision_gemms(p: &Profile, acts: &[u32]) -> Vec<GemmOp> {
             continue;
         }
         let Some(op) = g.op else { continue };
-        // The outermost op with a GEMM cost.
-        let mut found = None;
+        // Walking out from the kernel, the outermost op with a GEMM cost of the dtype the
+        // innermost one has: an autocast wrapper (an fp32 `aten::linear` around the bf16
+        // one that runs) describes inputs the kernel never sees.
+        let mut found: Option<(u32, OpCost)> = None;
         for a in p.op_ancestors(op) {
             let c = *cache
                 .entry(a)
                 .or_insert_with(|| p.ops.get(a as usize).and_then(op_cost));
             if let Some(c) = c.filter(|c| c.kind == CostKind::Gemm) {
+                if found.is_some_and(|(_, f)| f.dtype != c.dtype) {
+                    break;
+                }
                 found = Some((a, c));
             }
         }
@@ -311,6 +364,7 @@ fn low_precision_gemms(p: &Profile, acts: &[u32]) -> Vec<GemmOp> {
             padded,
             kernels: vec![(gi, g.dur_ns)],
             dur_ns: g.dur_ns,
+            narrow: false,
         });
     }
     // A kernel that states a full 16-byte vector width is aligned whatever the shapes say.
@@ -321,6 +375,9 @@ fn low_precision_gemms(p: &Profile, acts: &[u32]) -> Vec<GemmOp> {
         if full {
             g.misaligned.clear();
         }
+        g.narrow = g.kernels.iter().any(|&(gi, _)| {
+            stated_alignment(&p.gpu[gi as usize].name).is_some_and(|a| u64::from(a) < g.align)
+        });
     }
     out
 }
@@ -392,23 +449,54 @@ fn leading_dim(shape: &[i64], strides: Option<&[i64]>) -> Option<i64> {
     }
 }
 
-/// Modelled time of the padded GEMM (ns), and whether a reference rate from comparable
-/// aligned GEMMs of this run was used.
-fn aligned_time(g: &GemmOp, all: &[GemmOp], c: &Ceilings) -> (f64, bool) {
+/// TFLOP/s of `flops` done in `ns`.
+fn tflops(flops: f64, ns: f64) -> f64 {
+    if ns > 0.0 {
+        flops / ns / 1e3
+    } else {
+        0.0
+    }
+}
+
+/// How a misaligned GEMM's aligned time was modelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Basis {
+    /// At the FLOP rate of comparable aligned GEMMs of the same run.
+    Reference,
+    /// At the device's ceilings: its kernels state the narrow loads.
+    Ceiling,
+    /// At the device's ceilings divided by `WEAK_EFFICIENCY`: only the shapes say it.
+    Discounted,
+}
+
+/// Modelled time (ns) of the padded GEMM, and on what it rests.
+///
+/// With comparable aligned GEMMs of the same dtype in the run, the padded FLOPs at their
+/// FLOP rate. Otherwise the padded shape's cost at the ceilings, compute and memory not
+/// overlapped: its FLOPs with M and N rounded up to whole `TILE`s at the bf16/fp16/fp8
+/// peak, plus its bytes at the memory bandwidth (no wave quantization: cuBLAS's split-K
+/// and stream-K kernels avoid most of it); datasheet (unmeasured) ceilings are derated to
+/// `DATASHEET_EFFICIENCY`. When no kernel states its narrow loads the evidence is the
+/// shapes alone, and that time is divided by `WEAK_EFFICIENCY`.
+fn aligned_time(g: &GemmOp, all: &[GemmOp], c: &Ceilings) -> (f64, Basis) {
     let (m, n, k) = g.dims;
     let (pm, pn, pk) = g.padded;
-    let ratio = (pm as f64 * pn as f64 * pk as f64) / (m as f64 * n as f64 * k as f64).max(1.0);
-    let flops = g.cost.flops * ratio;
+    let base = (m as f64 * n as f64 * k as f64).max(1.0);
+    let flops = g.cost.flops * (pm as f64 * pn as f64 * pk as f64) / base;
+    let derate = if c.source == "datasheet" {
+        DATASHEET_EFFICIENCY
+    } else {
+        1.0
+    };
     let peak = match g.dtype {
         Dtype::F16 => c.fp16_tflops,
         Dtype::F8 | Dtype::F4 => c.fp8_tflops.unwrap_or(c.bf16_tflops),
         _ => c.bf16_tflops,
-    };
-    let roofline = (flops / (peak * 1e3)).max(if c.mem_bw_gbs > 0.0 {
-        g.cost.min_bytes / c.mem_bw_gbs
-    } else {
-        0.0
-    });
+    } * derate
+        * 1e3; // FLOP per ns
+    let bw = c.mem_bw_gbs * derate; // bytes per ns
+    let memory = if bw > 0.0 { g.cost.min_bytes / bw } else { 0.0 };
+    let roofline = (flops / peak).max(memory);
     let (mut f, mut t) = (0.0, 0i64);
     for o in all {
         if o.misaligned.is_empty()
@@ -422,9 +510,21 @@ fn aligned_time(g: &GemmOp, all: &[GemmOp], c: &Ceilings) -> (f64, bool) {
     }
     if t > 0 && f > 0.0 {
         let rate = f / t as f64; // FLOP per ns
-        ((flops / rate).max(roofline).max(MIN_GEMM_NS), true)
+        return (
+            (flops / rate).max(roofline).max(MIN_GEMM_NS),
+            Basis::Reference,
+        );
+    }
+    let (tm, tn) = (pm.div_ceil(TILE) * TILE, pn.div_ceil(TILE) * TILE);
+    let tiled = g.cost.flops * (tm as f64 * tn as f64 * pk as f64) / base;
+    let ceiling = tiled / peak + memory;
+    if g.narrow {
+        (ceiling.max(MIN_GEMM_NS), Basis::Ceiling)
     } else {
-        ((roofline / REF_EFFICIENCY).max(MIN_GEMM_NS), false)
+        (
+            (ceiling / WEAK_EFFICIENCY).max(MIN_GEMM_NS),
+            Basis::Discounted,
+        )
     }
 }
 
@@ -435,47 +535,100 @@ mod tests {
     use serde_json::json;
 
     /// Three GPU-bound steps: `aten::mm` [2048, 768] × [768, `n`] in bf16 running
-    /// `kernel` for 1.68 ms, then a sync waiting for it.
-    fn trace(n: i64, kernel: &str) -> TraceBuilder {
+    /// `kernel` for `dur` µs, then a sync waiting for it. With `autocast`, the mm sits in
+    /// a bf16 `aten::linear` inside the fp32 `aten::linear` autocast records around it.
+    fn trace_with(n: i64, kernel: &str, dur: f64, autocast: bool) -> TraceBuilder {
         let mut b = TraceBuilder::new();
         for s in 0..3 {
             let t0 = 10_000.0 * s as f64;
             b.step(s + 1, t0, 10_000.0);
+            if autocast {
+                b.op_with(
+                    "aten::linear",
+                    t0 + 2.0,
+                    40.0,
+                    json!({"Input Dims": [[2048, 768], [n, 768], []],
+                           "Input type": ["float", "float", ""],
+                           "Input Strides": [[768, 1], [768, 1], []]}),
+                );
+                b.op_with(
+                    "aten::linear",
+                    t0 + 5.0,
+                    36.0,
+                    json!({"Input Dims": [[2048, 768], [n, 768], []],
+                           "Input type": ["c10::BFloat16", "c10::BFloat16", ""],
+                           "Input Strides": [[768, 1], [768, 1], []]}),
+                );
+            }
             let mm = b.op_with(
                 "aten::mm",
                 t0 + 10.0,
                 30.0,
                 json!({"Input Dims": [[2048, 768], [768, n]],
                        "Input type": ["c10::BFloat16", "c10::BFloat16"],
-                       "Input Strides": [[768, 1], [n, 1]]}),
+                       "Input Strides": [[768, 1], [1, 768]]}),
             );
             b.kernel(
                 kernel,
                 mm,
                 t0 + 20.0,
                 t0 + 30.0,
-                1_680.0,
+                dur,
                 [400, 16, 1],
                 [256, 1, 1],
             );
-            b.runtime("cudaDeviceSynchronize", t0 + 50.0, 1_670.0, None);
+            b.runtime("cudaDeviceSynchronize", t0 + 50.0, dur - 10.0, None);
         }
         b
     }
 
+    fn trace(n: i64, kernel: &str) -> TraceBuilder {
+        trace_with(n, kernel, 1_680.0, false)
+    }
+
+    const ALIGN2: &str = "cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_tn_align2";
+
+    /// Modelled time (µs) of the padded [2048, 768] × [768, 50257] GEMM at the H200's
+    /// measured ceilings: N padded to 50264 and to whole 128-wide tiles (50304), at
+    /// 790 TFLOP/s, plus the unpadded operands and output at 4300 GB/s.
+    fn padded_us() -> f64 {
+        let (m, n, k) = (2048.0, 50257.0, 768.0);
+        let compute = 2.0 * m * 50304.0 * k / 790e12;
+        let bytes = 2.0 * (m * k + k * n + m * n) / 4300e9;
+        (compute + bytes) * 1e6
+    }
+
     #[test]
     fn fires_on_a_vocab_of_50257() {
+        let r = trace(50257, ALIGN2).report();
+        let f = finding(&r, "T002");
+        assert!(f.message.contains("N = 50257"), "{}", f.message);
+        // No aligned GEMM to compare with, and the kernel states 4-byte loads: the padded
+        // shape at the ceilings, 200.5 µs of compute + 66.5 µs of memory; saving 1680 −
+        // 267 µs, all on the critical path.
+        let expect = (1_680.0 - padded_us()) / 1e3;
+        assert!(
+            (f.saving_ms - expect).abs() < 0.005,
+            "saving {} vs {expect}",
+            f.saving_ms
+        );
+        assert!(
+            f.estimate.contains("1 GEMMs per step whose kernels state"),
+            "{}",
+            f.estimate
+        );
+    }
+
+    #[test]
+    fn halves_the_modelled_rate_when_only_the_shapes_show_it() {
+        // A kernel name that states no vector width: the padded time is doubled.
         let r = trace(
             50257,
-            "cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_tn_align2",
+            "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64",
         )
         .report();
         let f = finding(&r, "T002");
-        assert!(f.message.contains("N = 50257"), "{}", f.message);
-        // No aligned GEMM to compare with: padded FLOPs 2·2048·768·50264 = 158.1 GFLOP at
-        // the H200's measured 790 TFLOP/s = 200.2 µs (above the bytes), / 0.5 = 400.4 µs;
-        // saving 1680 − 400.4 µs, all on the critical path.
-        let expect = (1_680.0 - 2.0 * 2048.0 * 768.0 * 50264.0 / 790e12 * 1e6 / 0.5) / 1e3;
+        let expect = (1_680.0 - 2.0 * padded_us()) / 1e3;
         assert!(
             (f.saving_ms - expect).abs() < 0.005,
             "saving {} vs {expect}",
@@ -484,9 +637,44 @@ mod tests {
     }
 
     #[test]
+    fn sees_through_the_fp32_op_autocast_records() {
+        // The outer fp32 `aten::linear` must not hide the bf16 GEMM that runs.
+        let r = trace_with(50257, ALIGN2, 1_680.0, true).report();
+        let f = finding(&r, "T002");
+        assert!(f.message.contains("N = 50257"), "{}", f.message);
+        assert!(f.message.contains("`aten::linear`"), "{}", f.message);
+        let expect = (1_680.0 - padded_us()) / 1e3;
+        assert!(
+            (f.saving_ms - expect).abs() < 0.005,
+            "saving {} vs {expect}",
+            f.saving_ms
+        );
+    }
+
+    #[test]
+    fn never_saves_more_than_the_gemm_takes() {
+        // Already as fast as the model of the padded shape: nothing to save.
+        let r = trace_with(50257, ALIGN2, 250.0, false).report();
+        let f = finding(&r, "T002");
+        assert_eq!(f.saving_ms, 0.0);
+        // A very slow one saves at most its own time.
+        let r = trace_with(50257, ALIGN2, 9_000.0, false).report();
+        let f = finding(&r, "T002");
+        assert!(f.saving_ms > 0.0 && f.saving_ms <= 9.0, "{}", f.saving_ms);
+    }
+
+    #[test]
     fn silent_on_aligned_shapes_or_full_width_kernels() {
         let aligned = trace(50304, "nvjet_sm90_tst_256x144_64x4_4x1_v_bz_coopA_TNT").report();
         assert!(!codes(&aligned).contains(&"T002"));
+        let autocast = trace_with(
+            50304,
+            "nvjet_sm90_tst_256x144_64x4_4x1_v_bz_coopA_TNT",
+            1_680.0,
+            true,
+        )
+        .report();
+        assert!(!codes(&autocast).contains(&"T002"));
         // The shape is odd but the kernel states 16-byte loads: nothing to gain.
         let full = trace(
             50257,

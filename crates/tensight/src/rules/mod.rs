@@ -32,6 +32,7 @@ mod replay;
 mod roofline_position;
 mod small_grids;
 mod uncoalesced_global_access;
+pub mod unprofiled;
 
 use crate::analysis::RunMetrics;
 use crate::model::Profile;
@@ -378,6 +379,9 @@ pub struct Diagnosis {
     pub primary: Option<&'static str>,
     /// Rules that could not run on this trace, with the reason.
     pub skipped: Vec<SkippedRule>,
+    /// How savings were put into unprofiled time ([`unprofiled`]); `None`: they are on
+    /// the profiled timeline (no timing in the bundle, or the profiler did not slow it).
+    pub unprofiled: Option<unprofiled::Unprofiled>,
 }
 
 /// A rule that did not run.
@@ -424,6 +428,14 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .filter(|r| runs(r.meta))
         .flat_map_iter(|r| (r.check)(ctx))
         .collect();
+    let unprofiled = unprofiled::of(
+        ctx.profile,
+        ctx.step_ms(),
+        ctx.metrics.summary.gpu_busy_ms_per_step,
+    );
+    if let Some(u) = &unprofiled {
+        unprofiled::apply(&mut findings, u);
+    }
     findings.sort_by(|a, b| {
         b.saving_ms
             .total_cmp(&a.saving_ms)
@@ -438,6 +450,7 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         findings,
         primary,
         skipped,
+        unprofiled,
     }
 }
 

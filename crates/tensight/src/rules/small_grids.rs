@@ -55,8 +55,9 @@ A kernel counts when its grid has fewer blocks than the device has SMs, it runs 
 10 µs (`MIN_KERNEL_NS`) and less than half of its time overlaps a kernel on another
 stream (`MAX_CONCURRENT_SHARE`). Reported when such kernels take at least 5% of the
 kernel time (`MIN_SHARE_PCT`). Per kernel, the GPU time saved if its work spread over all
-SMs is `dur × (1 − blocks/SMs)`, capped at half its time (`MAX_SAVED_SHARE`: more blocks
-add split/reduction work and share memory bandwidth, so we assume no more than 2×). The
+SMs is `dur × (1 − blocks/SMs)` (its blocks keep their speed, its work spreads over every
+SM), capped at 90% of its time (`MAX_SAVED_SHARE`: more blocks add split or reduction
+work, so we assume no more than 10×). The
 step-time saving replays the trace with those shorter kernels: only time on the GPU's
 critical path counts.
 
@@ -72,8 +73,8 @@ const MIN_KERNEL_NS: i64 = 10_000;
 const MAX_CONCURRENT_SHARE: f64 = 0.5;
 /// Report when counted kernels take at least this share of the kernel time (%).
 const MIN_SHARE_PCT: f64 = 5.0;
-/// At most this share of a kernel's time is saved by spreading its work (2× speed-up).
-const MAX_SAVED_SHARE: f64 = 0.5;
+/// At most this share of a kernel's time is saved by spreading its work (10× speed-up).
+const MAX_SAVED_SHARE: f64 = 0.9;
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
@@ -180,6 +181,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         fixes: vec![
             "Increase the batch size (or batch per-sample loops into one call) so each kernel has at least one block per SM".into(),
             "For long-K GEMMs with a tiny output, let `torch.compile(model, mode=\"max-autotune\")` pick a split-K kernel, or reshape the problem".into(),
+            "In a custom (Triton, CUDA) kernel, split each row's or sample's work over several programs: a 2-D grid whose partial results are combined by a second pass or atomics".into(),
             "Fuse small kernels with `torch.compile` so each launch carries more work".into(),
             "Run independent small kernels on separate `torch.cuda.Stream`s so they share the GPU".into(),
         ],
@@ -324,13 +326,30 @@ mod tests {
     }
 
     #[test]
+    fn one_block_saves_at_most_ninety_percent() {
+        // 100 µs × (1 − 1/132) = 99 µs of GPU time, capped at 90 µs.
+        let r = trace(1).report();
+        let f = finding(&r, "O001");
+        let gpu = f
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("GPU time saved"));
+        assert_eq!(
+            gpu.map(|e| e.value.as_str()),
+            Some("90.0 µs"),
+            "{:?}",
+            f.evidence
+        );
+    }
+
+    #[test]
     fn fires_on_a_long_kernel_with_few_blocks() {
         let r = trace(33).report();
         let f = finding(&r, "O001");
-        // 100 µs × (1 − 33/132) = 75 µs, capped at 50 µs; the sync waits for it, so the
-        // replay keeps all of it.
+        // 100 µs × (1 − 33/132) = 75 µs of GPU time (under the 90% cap); the replay keeps
+        // 71 µs of it: the next kernel was launched at 42 µs and the host's sync at 60 µs.
         assert!(
-            (f.saving_ms - 0.050).abs() < 0.002,
+            (f.saving_ms - 0.071).abs() < 0.002,
             "saving {}",
             f.saving_ms
         );

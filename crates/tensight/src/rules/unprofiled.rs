@@ -1,0 +1,113 @@
+//! Savings in unprofiled time.
+//!
+//! Every rule estimates on the profiled timeline, and the profiler slows the host: each
+//! op it records costs microseconds of bookkeeping (stacks, shapes, allocator events),
+//! so a program whose host is busy runs its steps up to 3× slower under it (measured on
+//! an H200: `workloads/launch_bound.py` 6.8 ms a step unprofiled, 13.6 ms profiled).
+//! Host-caused GPU idle grows with it, and a saving read off that timeline overstates
+//! what the fix gives the program as it runs for real.
+//!
+//! `tensight run` times the warm-up steps without the profiler (CUDA events at the step
+//! boundaries; the host clock where there is no GPU). When the profiled step is at least
+//! [`MIN_INFLATION`]× that, every saving is scaled by unprofiled / profiled (the profiler
+//! inflated the whole step; the share of it a fix removes is kept), and savings made of
+//! host-caused idle (rules in [`HOST_IDLE`]) are further capped at the idle the
+//! unprofiled step can hold: unprofiled step − GPU busy time. A plain trace carries no
+//! unprofiled timing: its savings stay on the profiled timeline, as its report says.
+
+use super::{Finding, Severity};
+use crate::model::Profile;
+use serde::Serialize;
+
+/// Rules whose saving is GPU idle while the host was not launching work.
+pub const HOST_IDLE: &[&str] = &["L001", "C001", "S001"];
+
+/// Scale only when the profiled step is at least this many times the unprofiled one
+/// (below it, run-to-run noise).
+pub const MIN_INFLATION: f64 = 1.15;
+
+/// How the savings were put into unprofiled time.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Unprofiled {
+    /// Mean profiled step (the report's step time), ms.
+    pub profiled_step_ms: f64,
+    /// Median unprofiled warm-up step, ms.
+    pub unprofiled_step_ms: f64,
+    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step).
+    pub source: &'static str,
+    /// unprofiled / profiled, the factor every saving was multiplied by.
+    pub scale: f64,
+    /// Cap on the savings of host-idle rules: unprofiled step − GPU busy, ms.
+    pub host_idle_cap_ms: f64,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+/// The unprofiled step of `profile`'s bundle, when the profiler inflated the step.
+pub fn of(profile: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Unprofiled> {
+    let t = &profile.bundle.as_ref()?.timing;
+    let (u, source) = match median(&t.step_ms_unprofiled_gpu) {
+        Some(u) => (u, "cuda_events"),
+        // The host clock of a GPU-bound program measures how fast the host queues work,
+        // not the step: the step is at least the GPU's busy time.
+        None => (
+            median(&t.step_ms_unprofiled)?.max(gpu_busy_ms),
+            "host_clock",
+        ),
+    };
+    if !(u > 0.0 && profiled_step_ms >= MIN_INFLATION * u) {
+        return None;
+    }
+    Some(Unprofiled {
+        profiled_step_ms,
+        unprofiled_step_ms: u,
+        source,
+        scale: u / profiled_step_ms,
+        host_idle_cap_ms: (u - gpu_busy_ms).max(0.0),
+    })
+}
+
+/// Rescale `findings` to unprofiled time: saving, share of the (unprofiled) step,
+/// severity, and a sentence in each estimate saying so.
+pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
+    let how = if u.source == "cuda_events" {
+        "CUDA events"
+    } else {
+        "the host clock"
+    };
+    for f in findings.iter_mut().filter(|f| f.saving_ms > 0.0) {
+        let profiled = f.saving_ms;
+        let mut saving = profiled * u.scale;
+        let mut note = format!(
+            " In unprofiled time: ×{:.2} ({} under the profiler; the warm-up steps, timed \
+             without it by {how}, took {:.2} ms against {:.2} ms profiled)",
+            u.scale,
+            super::fmt_ms(profiled),
+            u.unprofiled_step_ms,
+            u.profiled_step_ms
+        );
+        if HOST_IDLE.contains(&f.code) && saving > u.host_idle_cap_ms {
+            saving = u.host_idle_cap_ms;
+            note.push_str(&format!(
+                ", at most the {} the unprofiled step leaves the GPU idle",
+                super::fmt_ms(u.host_idle_cap_ms)
+            ));
+        }
+        note.push('.');
+        f.estimate.push_str(&note);
+        f.saving_ms = saving;
+        f.saving_pct = (100.0 * saving / u.unprofiled_step_ms).min(100.0);
+        f.severity = Severity::from_pct(f.saving_pct);
+    }
+}
