@@ -34,10 +34,6 @@ for a in "$@"; do
   esac
 done
 
-# Does ncu hand the environment to the program? (the hardware pass re-sets it with env)
-PYTHONPATH=/tmp/site:/nonexistent-marker ncu --target-processes all python3 -c \
-  "import os; print('under ncu: PYTHONPATH =', os.environ.get('PYTHONPATH'))" 2>&1 | grep -v '^==' | head -3
-
 if [ $HW = 1 ]; then
   mkdir -p "$R/hw"
   for v in "" "--fixed"; do

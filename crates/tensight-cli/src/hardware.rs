@@ -127,10 +127,10 @@ pub(crate) fn ncu_args(csv: &Path) -> Vec<OsString> {
     a
 }
 
-/// The program as ncu starts it: `env K=V... CMD...`. ncu's launcher does not hand
-/// PYTHONPATH through to the program it starts (seen with Nsight Compute 2025.3 on an
-/// H200: the collector was never imported), so the variables are set again by `env`
-/// right before the program's exec; ncu follows that exec like any other.
+/// The program as ncu starts it: `env K=V... CMD...`, so the collector's variables reach
+/// the program even through a launcher that rebuilds the environment. Nsight Compute
+/// 2025.3 on an H200 passed them through; what kept the collector out there was its
+/// Python launcher claiming the run (see the boot hook's `_on_torch`).
 fn target_command(env: &[(&str, OsString)], command: &[OsString]) -> Vec<OsString> {
     let Some(env_bin) = ["/usr/bin/env", "/bin/env"]
         .iter()

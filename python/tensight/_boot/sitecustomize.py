@@ -89,6 +89,7 @@ def _import_collect() -> object:
 
 
 _installed = False
+_lock: object = None  # a threading.Lock from _boot: the hook and the watcher may race
 
 
 def _on_torch() -> None:
@@ -96,9 +97,7 @@ def _on_torch() -> None:
     watcher, whichever sees it first)."""
     global _installed
     _leave_meta_path()
-    import threading
-
-    with _install_lock(threading):
+    with _lock:  # type: ignore[attr-defined]
         if _installed:
             return
         _installed = True
@@ -170,15 +169,6 @@ def _leave_meta_path() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchFinder)]
 
 
-_lock_box: list[object] = []
-
-
-def _install_lock(threading: ModuleType) -> object:
-    if not _lock_box:
-        _lock_box.append(threading.Lock())  # type: ignore[attr-defined]
-    return _lock_box[0]
-
-
 def _torch_ready() -> bool:
     mod = sys.modules.get("torch")
     spec = getattr(mod, "__spec__", None)
@@ -191,7 +181,7 @@ def _watch() -> None:
     drops our finder (seen under Nsight Compute on an H200), so a daemon thread looks
     every 20 ms for a fully imported torch, for up to 10 minutes, and installs the
     collector then. It only reads ``sys.modules``."""
-    import threading
+    import threading  # already imported by _boot
     import time
 
     def run() -> None:
@@ -207,6 +197,7 @@ def _watch() -> None:
 
 
 def _boot() -> None:
+    global _lock
     if not os.environ.get("TENSIGHT_BUNDLE"):
         return
     pid = str(os.getpid())
@@ -216,6 +207,9 @@ def _boot() -> None:
     # Ownership is claimed when torch is imported (_on_torch), not here: a Python
     # launcher between tensight and the program (ncu starts the program through one)
     # must not make the program look like its child.
+    import threading
+
+    _lock = threading.Lock()
     if "torch" in sys.modules:
         _on_torch()
     else:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A stand-in for Nsight Compute's `ncu` (no GPU in CI): `fake_ncu.py [OPTIONS] -- CMD...`.
 
-Saves its argv as JSON to $FAKE_NCU_ARGS (when set), runs CMD with its stdio and
-the environment less PYTHONPATH and TENSIGHT_* (worst case of ncu's launcher), then writes `==PROF==` lines and the recorded CSV
+Saves its argv as JSON to $FAKE_NCU_ARGS (when set), runs CMD with its stdio and the
+environment less PYTHONPATH and TENSIGHT_*, then writes `==PROF==` lines and the recorded CSV
 (tests/fixtures/h200-probe/ncu_raw.csv.gz) to the `--log-file` path, as ncu does, and
 exits with CMD's code. `FAKE_NCU_FAIL=1` plays a machine without counter permission:
 the `==ERROR== ERR_NVGPUCTRPERM` message and exit code 1, CMD not run.
@@ -34,9 +34,10 @@ def main(argv: list[str]) -> int:
                        "does not have permission to access NVIDIA GPU Performance Counters on "
                        "the target device 0.\n", encoding="utf-8")
         return 1
-    # The real ncu (2025.3, seen on an H200) does not hand PYTHONPATH to the program; play
-    # the worst case: none of tensight's variables get through (`tensight` sets them again
-    # with `env`). This script is Python too: the boot hook made it the run's owner.
+    # Worse than the real ncu (2025.3 on an H200 passed the environment through): none of
+    # tensight's variables get through, so the test sees `tensight` set them again with
+    # `env`. Like the real one, this launcher is Python and runs the boot hook, which
+    # must not make it the run's owner (it never imports torch).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("TENSIGHT_")}
     code = subprocess.run(cmd, env=env, check=False).returncode
     with gzip.open(CSV, "rt", encoding="utf-8") as f:

@@ -13,11 +13,21 @@
 use crate::model::{CopyDir, GpuActivity, OpKind, Profile, RuntimeKind, Step};
 use serde::Serialize;
 
-/// How long the GPU sat idle, by cause (ns).
-/// See the sync points below: how late GPU work may end after a sync returned and
-/// still be work that sync waited for (ns).
+/// How late GPU work may end after a sync returned and still be work that sync waited
+/// for (`.item()`'s own 4-byte copy, seen late by clock skew between the host and GPU
+/// timelines), ns.
 const SYNC_SKEW_NS: i64 = 20_000;
 
+/// When the GPU next starts work that a sync ending at `end` did not wait for: the
+/// start of the first of `busy` (merged intervals) that ends after `end` +
+/// [`SYNC_SKEW_NS`], no earlier than `end`; `None` if none does.
+fn next_busy_after_sync(busy: &[(i64, i64)], end: i64) -> Option<i64> {
+    busy.iter()
+        .find(|&&(_, b)| b > end + SYNC_SKEW_NS)
+        .map(|&(a, _)| a.max(end))
+}
+
+/// How long the GPU sat idle, by cause (ns).
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct IdleBreakdown {
     /// All idle time.
@@ -114,9 +124,9 @@ pub struct SyncPoint {
     pub ts_ns: i64,
     /// How long the host was blocked (ns).
     pub dur_ns: i64,
-    /// GPU idle from the end of the sync to the next GPU activity (ns). A sync near the
-    /// end of its step's window (the window closes when the GPU work is done) continues
-    /// into the next step's leading idle.
+    /// GPU idle from the end of the sync to the next GPU activity it did not wait for
+    /// (ns). A sync at the end of its step's window (the window closes when the GPU work
+    /// is done) is followed into the next step, up to the end of that one.
     pub gpu_idle_after_ns: i64,
 }
 
@@ -222,13 +232,7 @@ pub fn timeline(p: &Profile) -> Timeline {
                     continue;
                 }
                 let end = r.end_ns();
-                // GPU work ending within SYNC_SKEW_NS after the call returns is what it
-                // waited for (`.item()`'s own 4-byte copy), seen late by clock skew
-                // between the host and GPU timelines: not work that keeps the GPU busy.
-                let next = busy
-                    .iter()
-                    .find(|&&(_, b)| b > end + SYNC_SKEW_NS)
-                    .map(|&(a, _)| a.max(end));
+                let next = next_busy_after_sync(&busy, end);
                 let idle_after = next.unwrap_or(s.end_ns).min(s.end_ns) - end;
                 if next.is_none_or(|n| n >= s.end_ns) {
                     to_edge.push(step_syncs.len());
@@ -248,18 +252,22 @@ pub fn timeline(p: &Profile) -> Timeline {
         .collect();
     // The idle after a sync at a step's edge goes on into the next step: up to the next
     // step's first GPU work that the sync did not wait for.
-    let busy_of: Vec<(Vec<(i64, i64)>, i64)> = per_step.iter().map(|x| x.5.clone()).collect();
-    for (si, ((lo, hi), m, gaps, mut step_syncs, to_edge, _)) in per_step.into_iter().enumerate() {
-        if let Some((busy, next_end)) = busy_of.get(si + 1) {
-            for i in to_edge {
-                let sp = &mut step_syncs[i];
-                let end = p.runtime[sp.runtime as usize].end_ns();
-                let next = busy
-                    .iter()
-                    .find(|&&(_, b)| b > end + SYNC_SKEW_NS)
-                    .map_or(*next_end, |&(a, _)| a.max(end));
-                sp.gpu_idle_after_ns = sp.gpu_idle_after_ns.max(next.min(*next_end) - end);
-            }
+    let mut idle_into_next: Vec<Vec<(usize, i64)>> = vec![Vec::new(); per_step.len()];
+    for (si, pair) in per_step.windows(2).enumerate() {
+        let (syncs_here, edge) = (&pair[0].3, &pair[0].4);
+        let (busy, next_end) = &pair[1].5;
+        for &i in edge {
+            let end = p.runtime[syncs_here[i].runtime as usize].end_ns();
+            let next = next_busy_after_sync(busy, end).unwrap_or(*next_end);
+            idle_into_next[si].push((i, next.min(*next_end) - end));
+        }
+    }
+    for (((lo, hi), m, gaps, mut step_syncs, _, _), longer) in
+        per_step.into_iter().zip(idle_into_next)
+    {
+        for (i, idle) in longer {
+            let sp = &mut step_syncs[i];
+            sp.gpu_idle_after_ns = sp.gpu_idle_after_ns.max(idle);
         }
         t.gpu_in_steps.extend(lo as u32..hi as u32);
         t.idle_gaps.extend(gaps);
