@@ -45,6 +45,8 @@ EXPECTED: dict[str, str | None] = {
     "misaligned_bf16": "T002",
     "unfused_chain": "G001",
     "transposed_view": "V001",
+    "contiguous_churn": "V002",
+    "transposed_chain": "V003",
     "allocator_churn": "A002",
     "control_bf16_gemm": None,
     "control_resnet50": None,
@@ -52,7 +54,7 @@ EXPECTED: dict[str, str | None] = {
 }
 
 #: Workloads whose expected rule reads hardware counters: recorded with ``--hardware``.
-HARDWARE = {"transposed_view"}
+HARDWARE = {"transposed_view", "transposed_chain"}
 
 #: What ``tensight run`` records per workload (kept small: the bundles are CI fixtures).
 RECORD = ["--steps", "4", "--warmup", "5", "--stop"]

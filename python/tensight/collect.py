@@ -904,8 +904,8 @@ def _env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
 class HardwareCollector(Collector):
     """``tensight run --hardware``'s second run, under Nsight Compute: no profiler; step
     K (``TENSIGHT_HARDWARE_STEP``, counted as the window counts: step K runs between
-    boundaries K-1 and K) is wrapped in the NVTX range ``tensight_step`` that ncu's
-    ``--nvtx-include tensight_step/`` selects. Writes only ``ncu_range.json`` (whether the
+    boundaries K-1 and K) is wrapped in the NVTX start/end range ``tensight_step`` that
+    ncu's ``--nvtx-include tensight_step`` selects (process-wide: every thread's kernels). Writes only ``ncu_range.json`` (whether the
     range closed) into the bundle, never the manifest or a trace."""
 
     RANGE = "tensight_step"
@@ -997,17 +997,22 @@ class HardwareCollector(Collector):
 
 
 _nvtx_missing = False
+_nvtx_id: int | None = None
 
 
-def _nvtx(push: str | None) -> None:
-    """``range_push(push)``, or ``range_pop()`` for None; a build without NVTX (CPU-only
-    torch) is said once."""
-    global _nvtx_missing
+def _nvtx(start: str | None) -> None:
+    """``range_start(start)``, or ``range_end()`` of it for None; a build without NVTX
+    (CPU-only torch) is said once. A start/end range, not push/pop: push/pop ranges are
+    per thread, so the backward pass's kernels, launched from the autograd engine's
+    threads, would fall outside it."""
+    global _nvtx_missing, _nvtx_id
     try:
-        if push is None:
-            torch.cuda.nvtx.range_pop()
+        if start is None:
+            if _nvtx_id is not None:
+                torch.cuda.nvtx.range_end(_nvtx_id)
+                _nvtx_id = None
         else:
-            torch.cuda.nvtx.range_push(push)
+            _nvtx_id = torch.cuda.nvtx.range_start(start)
     except Exception as e:  # noqa: BLE001 - never break the program
         if not _nvtx_missing:
             _nvtx_missing = True

@@ -4,8 +4,8 @@
 #
 #   bash scripts/h200/accuracy.sh [hw] [resnet-hw] [WORKLOAD...] [bundles-only WORKLOAD...]
 #
-#   hw         tensight run --hardware on workloads/transposed_view.py and its --fixed
-#              variant (bundles with ncu.csv.gz: the V001 fixtures)
+#   hw         tensight run --hardware on workloads/transposed_view.py, transposed_chain.py
+#              and their --fixed variants (bundles with ncu.csv.gz: the V001/V003 fixtures)
 #   resnet-hw  the wall time of the hardware pass for one ResNet-50 training step
 #   WORKLOAD   workloads/harness.py --out: unprofiled timings + one bundle each
 #   bundles-only WORKLOAD...  the bundles alone (harness.py --bundles-only)
@@ -36,13 +36,15 @@ done
 
 if [ $HW = 1 ]; then
   mkdir -p "$R/hw"
+  for w in transposed_view transposed_chain; do
   for v in "" "--fixed"; do
-    tag=transposed_view${v:+_fixed}
+    tag=$w${v:+_fixed}
     ( time timeout $(( $(left) - 30 )) python3 -m tensight run --hardware --steps 3 --warmup 3 --stop \
-        --out "$R/hw/$tag" -- python3 workloads/transposed_view.py $v --steps 12 ) \
+        --out "$R/hw/$tag" -- python3 workloads/$w.py $v --steps 12 ) \
       >"$R/hw/$tag.stdout" 2>"$R/hw/$tag.stderr" || true
     echo "== $tag"; tail -5 "$R/hw/$tag.stderr"
-    head -c 1500 "$R/hw/$tag/ncu.log" 2>/dev/null; echo
+    head -c 600 "$R/hw/$tag/ncu.log" 2>/dev/null; echo
+  done
   done
 fi
 

@@ -26,6 +26,8 @@ ENGINE_METRICS = (
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_active_per_issue_active.ratio",
     "launch__registers_per_thread", "launch__occupancy_limit_registers",
     "launch__occupancy_limit_shared_mem",
 )
@@ -62,7 +64,7 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     opts = argv[:argv.index("--")]
     pairs = {opts[i]: opts[i + 1] for i in range(len(opts) - 1)}
     assert pairs["--clock-control"] == "none"
-    assert pairs["--nvtx-include"] == "tensight_step/" and "--nvtx" in opts
+    assert pairs["--nvtx-include"] == "tensight_step" and "--nvtx" in opts
     assert pairs["--page"] == "raw" and "--csv" in opts
     assert set(ENGINE_METRICS) <= set(pairs["--metrics"].split(","))
     assert pairs["--log-file"] == str((bundle / "ncu.csv").resolve())

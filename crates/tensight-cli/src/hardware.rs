@@ -1,7 +1,7 @@
 //! `tensight run --hardware`: the program's second run, under Nsight Compute, for one step.
 //!
 //! After the normal run wrote the bundle, the program runs again as
-//! `ncu --clock-control none --target-processes all --nvtx --nvtx-include tensight_step/
+//! `ncu --clock-control none --target-processes all --nvtx --nvtx-include tensight_step
 //! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- env K=V... CMD...` with
 //! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no
 //! profile and instead wraps step K in the NVTX range `tensight_step` (then stops the
@@ -36,6 +36,8 @@ pub(crate) const METRICS: &[&str] = &[
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
     "smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "smsp__average_warps_active_per_issue_active.ratio",
     "launch__registers_per_thread",
     "launch__shared_mem_per_block_allocated",
     "launch__occupancy_limit_registers",
@@ -117,7 +119,9 @@ pub(crate) fn ncu_args(csv: &Path) -> Vec<OsString> {
     .iter()
     .map(OsString::from)
     .collect();
-    a.push(format!("{RANGE}/").into());
+    // No trailing `/`: a start/end range (process-wide), not a push/pop one (per thread;
+    // the backward kernels, launched from autograd's threads, would be left out).
+    a.push(RANGE.into());
     for x in ["--csv", "--page", "raw", "--metrics"] {
         a.push(x.into());
     }

@@ -269,7 +269,7 @@ echo '{"range": "closed", "steps_seen": 4, "detection": "optimizer"}' > "$TENSIG
         let args: Vec<&str> = args.lines().collect();
         for w in [
             ["--clock-control", "none"],
-            ["--nvtx-include", "tensight_step/"],
+            ["--nvtx-include", "tensight_step"],
             ["--page", "raw"],
         ] {
             assert!(args.windows(2).any(|p| p == w), "{w:?} in {args:?}");

@@ -31,8 +31,25 @@
 //! The excess over a dense layout's sectors is "wasted" traffic: what uncoalesced access
 //! to a non-contiguous view costs. Broadcast (stride-0) dimensions add no bytes. Caches
 //! are ignored, and GEMM/convolution/attention ops (those with a FLOP formula) are
-//! charged the dense bytes: their kernels take transposed operands natively. Only the ops the execution trace covers are attributed: for a bundle, the
-//! one step recorded with the observer (`execution_trace_step`).
+//! charged the dense bytes: their kernels take transposed operands natively.
+//!
+//! **Iteration order.** PyTorch's elementwise and copy kernels (TensorIterator) do not
+//! walk in logical order: they walk in the memory order of the output, which for a fresh
+//! output follows the first input's layout. So `a + b.t()` reads `b.t()` across its
+//! strides, but `b.t() + a` writes a transposed output and reads `a` across its strides.
+//! The recorded output strides say which order was taken: every operand of the output's
+//! shape is modelled in the order of the output's strides (largest first); operands of
+//! another shape (reductions, broadcasts) in logical order.
+//!
+//! **Measured, when there is a hardware pass.** A kernel with Nsight Compute counters
+//! (its own row or its signature's) replaces the model by what was measured: its L1
+//! global load and store sectors × 32 B, and the excess over the ideal sectors for its
+//! access width ([`crate::analysis::efficiency`]). The measured bytes are split over the
+//! op's tensors by their modelled bytes, the excess by their modelled excess (by bytes
+//! when the model sees none). Per tensor this gives an access-efficiency score (ideal /
+//! measured sectors) and the long-scoreboard share of the warp cycles of the kernels
+//! that touch it. Only the ops the execution trace covers are attributed: for a bundle,
+//! the one step recorded with the observer (`execution_trace_step`).
 
 use crate::model::{AliasKind, EtNode, EtTensor, ExecTrace, Name, Profile};
 use serde::Serialize;
@@ -240,6 +257,29 @@ pub fn max_index(shape: &[i64], strides: &[i64], numel: u64) -> Option<u64> {
 /// Modelled bytes a kernel touches reading or writing `t` in logical order, and the bytes
 /// a dense layout of the same distinct elements would touch (both in whole sectors).
 pub fn modelled_bytes(t: &EtTensor) -> (u64, u64) {
+    modelled_bytes_in_order(t, None)
+}
+
+/// The order a TensorIterator kernel walks a tensor of `strides`: dimensions outermost
+/// first, by stride, largest first (ties and size-1 dimensions keep their logical place).
+pub fn iteration_order(shape: &[i64], strides: &[i64]) -> Option<Vec<usize>> {
+    if shape.len() != strides.len() || shape.len() < 2 {
+        return None;
+    }
+    // Dims of size > 1 are sorted among their own positions (stably); the rest stay.
+    let slots: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] > 1).collect();
+    let mut moving = slots.clone();
+    moving.sort_by_key(|&d| std::cmp::Reverse(strides[d].unsigned_abs()));
+    let mut order: Vec<usize> = (0..shape.len()).collect();
+    for (&slot, &d) in slots.iter().zip(&moving) {
+        order[slot] = d;
+    }
+    Some(order)
+}
+
+/// [`modelled_bytes`] with the kernel walking `t`'s dimensions in `order` (outermost
+/// first; `None`: logical order).
+pub fn modelled_bytes_in_order(t: &EtTensor, order: Option<&[usize]>) -> (u64, u64) {
     let b = t.itemsize.max(1) as u128;
     let sector = SECTOR_BYTES as u128;
     let sectors = |bytes: u128| bytes.div_ceil(sector);
@@ -254,7 +294,11 @@ pub fn modelled_bytes(t: &EtTensor) -> (u64, u64) {
     // Drop sizes of 1 and broadcast dims (no new addresses), then merge dims that are
     // contiguous with the next one.
     let mut dims: Vec<(u128, u128)> = Vec::new();
-    for (&n, &s) in t.shape.iter().zip(&t.strides) {
+    let logical: Vec<usize> = (0..t.shape.len()).collect();
+    let order = order
+        .filter(|o| o.len() == t.shape.len() && o.iter().all(|&d| d < t.shape.len()))
+        .unwrap_or(&logical);
+    for (&n, &s) in order.iter().map(|&d| (&t.shape[d], &t.strides[d])) {
         if n <= 1 || s == 0 {
             continue;
         }
@@ -314,7 +358,8 @@ pub struct Creator {
     pub source: Option<String>,
 }
 
-/// Modelled traffic through a tensor (see the module doc: modelled, not measured).
+/// Traffic through a tensor: modelled always, measured where the hardware pass has the
+/// kernels' counters (see the module doc).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Traffic {
     /// Times a GPU-launching op read or wrote it.
@@ -327,6 +372,16 @@ pub struct Traffic {
     pub wasted_bytes: u64,
     /// GPU time of those ops, split over their tensors by bytes, ns.
     pub time_ns: f64,
+    /// Accesses whose op's kernels all had hardware counters.
+    pub measured_accesses: u64,
+    /// Measured global sectors × 32 B of those accesses, this tensor's share.
+    pub measured_bytes: f64,
+    /// Measured sectors beyond the ideal for the access width, × 32 B, this tensor's share.
+    pub measured_excess_bytes: f64,
+    /// Σ time × long-scoreboard share over the kernels with that counter, ns.
+    pub stall_ns: f64,
+    /// Time of the kernels with a long-scoreboard share, ns (the denominator).
+    pub stall_known_ns: f64,
 }
 
 impl Traffic {
@@ -336,6 +391,86 @@ impl Traffic {
         self.ideal_bytes = self.ideal_bytes.saturating_add(o.ideal_bytes);
         self.wasted_bytes = self.wasted_bytes.saturating_add(o.wasted_bytes);
         self.time_ns += o.time_ns;
+        self.measured_accesses += o.measured_accesses;
+        self.measured_bytes += o.measured_bytes;
+        self.measured_excess_bytes += o.measured_excess_bytes;
+        self.stall_ns += o.stall_ns;
+        self.stall_known_ns += o.stall_known_ns;
+    }
+
+    /// Access efficiency from the hardware pass: ideal / measured sectors (1 = every
+    /// sector fully used); `None` without measured accesses.
+    pub fn efficiency(&self) -> Option<f64> {
+        (self.measured_accesses > 0 && self.measured_bytes > 0.0)
+            .then(|| (1.0 - self.measured_excess_bytes / self.measured_bytes).clamp(0.0, 1.0))
+    }
+
+    /// Share of the warp cycles of the kernels touching it spent waiting on global memory
+    /// (long scoreboard), time-weighted; `None` when not collected.
+    pub fn long_scoreboard_share(&self) -> Option<f64> {
+        (self.stall_known_ns > 0.0).then(|| self.stall_ns / self.stall_known_ns)
+    }
+
+    /// Excess traffic: measured where measured, else modelled.
+    pub fn excess_bytes(&self) -> f64 {
+        if self.measured_accesses > 0 {
+            self.measured_excess_bytes
+        } else {
+            self.wasted_bytes as f64
+        }
+    }
+}
+
+/// One tensor argument of an attributed op.
+#[derive(Debug, Clone, Serialize)]
+pub struct Access {
+    /// The tensor (index into [`Forest::nodes`]).
+    pub tensor: u32,
+    /// Written (an output, or an in-place argument), else read.
+    pub write: bool,
+    /// Modelled bytes in the kernel's iteration order.
+    pub bytes: u64,
+    /// Bytes a dense layout would touch.
+    pub ideal: u64,
+}
+
+/// An execution-trace op with GPU work, its tensor accesses and its kernels.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpAccess {
+    /// Execution-trace node id.
+    pub et_node: i64,
+    /// The linked Kineto op (index into `Profile::ops`).
+    pub op: Option<u32>,
+    /// Op name.
+    pub name: Name,
+    /// GEMM, convolution or attention (kernels that take strided operands natively).
+    pub natively_strided: bool,
+    /// Its tensor arguments.
+    pub accesses: Vec<Access>,
+    /// GPU activities attributed to it (indices into `Profile::gpu`).
+    pub gpu: Vec<u32>,
+    /// Their time, ns.
+    pub gpu_ns: i64,
+    /// Of those, with hardware counters.
+    pub measured_kernels: u32,
+    /// Measured sectors × 32 B (when every kernel was measured).
+    pub measured_bytes: Option<f64>,
+    /// Measured excess over the ideal sectors × 32 B (when every kernel was measured).
+    pub measured_excess_bytes: Option<f64>,
+}
+
+impl OpAccess {
+    /// Modelled excess bytes over all its arguments.
+    pub fn wasted_bytes(&self) -> u64 {
+        self.accesses
+            .iter()
+            .map(|a| a.bytes.saturating_sub(a.ideal))
+            .sum()
+    }
+
+    /// Dense bytes over all its arguments.
+    pub fn ideal_bytes(&self) -> u64 {
+        self.accesses.iter().map(|a| a.ideal).sum()
     }
 }
 
@@ -409,6 +544,14 @@ pub struct Attribution {
     pub bytes: u64,
     /// Modelled excess bytes of non-contiguous access.
     pub wasted_bytes: u64,
+    /// GPU activities attributed.
+    pub kernels: u64,
+    /// Of those, with hardware counters (own row or their signature's).
+    pub measured_kernels: u64,
+    /// Measured global sectors × 32 B of the fully measured ops.
+    pub measured_bytes: f64,
+    /// Measured excess sectors × 32 B of the fully measured ops.
+    pub measured_excess_bytes: f64,
 }
 
 /// The tensor forest with modelled traffic.
@@ -424,6 +567,9 @@ pub struct Forest {
     pub untracked: u64,
     /// Traffic attribution totals.
     pub attribution: Attribution,
+    /// The attributed ops in execution-trace order, with their accesses.
+    #[serde(skip)]
+    pub ops: Vec<OpAccess>,
 }
 
 struct Builder<'a> {
@@ -433,8 +579,10 @@ struct Builder<'a> {
     by_tensor: HashMap<u64, u32>,
     live: HashMap<u64, u32>,
     by_id: HashMap<i64, usize>,
-    /// Per ET node: (tensor node, modelled bytes, dense bytes) of each read and write.
-    args: Vec<Vec<(u32, u64, u64)>>,
+    /// Per ET node: each read and write.
+    args: Vec<Vec<Access>>,
+    /// Per ET node: GEMM, convolution or attention.
+    native: Vec<bool>,
 }
 
 /// Build the forest and attribute traffic; `None` without an execution trace or tensors.
@@ -456,17 +604,42 @@ pub fn build(p: &Profile) -> Option<Forest> {
             .map(|(i, n)| (n.id, i))
             .collect(),
         args: vec![Vec::new(); et.nodes.len()],
+        native: vec![false; et.nodes.len()],
     };
     for (ni, n) in et.nodes.iter().enumerate() {
         // GEMM, convolution and attention kernels read transposed operands natively
         // (cuBLAS transpose flags, cuDNN layouts): no modelled excess for their arguments.
         let natively_strided = super::flops::has_formula(&n.name);
+        b.native[ni] = natively_strided;
+        // The walk follows the first output's memory order (see the module doc).
+        let leader = n.outputs.first();
+        let order = leader.and_then(|o| iteration_order(&o.shape, &o.strides));
         let modelled = |t: &EtTensor| {
-            let (bytes, ideal) = modelled_bytes(t);
+            // Operands of the output's shape walk in its order; the input of a reduction
+            // (more elements than its output) in its own memory order; others logically.
+            let own;
+            let walk = match leader {
+                Some(o) if o.shape == t.shape => order.as_deref(),
+                Some(o) if t.numel > o.numel.saturating_mul(2) => {
+                    own = iteration_order(&t.shape, &t.strides);
+                    own.as_deref()
+                }
+                _ => None,
+            };
+            let (bytes, ideal) = modelled_bytes_in_order(t, walk);
             if natively_strided {
                 (ideal, ideal)
             } else {
                 (bytes, ideal)
+            }
+        };
+        let access = |tensor: u32, write: bool, t: &EtTensor| {
+            let (bytes, ideal) = modelled(t);
+            Access {
+                tensor,
+                write,
+                bytes,
+                ideal,
             }
         };
         let overwrite = OVERWRITE_OPS.contains(&bare(&n.name));
@@ -474,20 +647,18 @@ pub fn build(p: &Profile) -> Option<Forest> {
         for t in &n.inputs {
             let i = b.see_input(t, n);
             let read = !(t.alias == AliasKind::InPlace && (overwrite || !inplace_method));
-            let (bytes, ideal) = modelled(t);
             if read {
-                b.args[ni].push((i, bytes, ideal));
+                b.args[ni].push(access(i, false, t));
             }
             let returned = n.outputs.iter().any(|o| o.tensor_id == t.tensor_id);
             if t.alias == AliasKind::InPlace && !returned {
-                b.args[ni].push((i, bytes, ideal));
+                b.args[ni].push(access(i, true, t));
             }
         }
         let viewish = n.alias == AliasKind::View || is_view_op(&n.name);
         for t in &n.outputs {
             let i = b.see_output(t, n, viewish);
-            let (bytes, ideal) = modelled(t);
-            b.args[ni].push((i, bytes, ideal));
+            b.args[ni].push(access(i, true, t));
         }
     }
     b.attribute();
@@ -658,9 +829,9 @@ impl Builder<'_> {
     }
 
     fn attribute(&mut self) {
-        let mut op_ns: HashMap<usize, i64> = HashMap::new();
+        let mut op_gpu: HashMap<usize, Vec<u32>> = HashMap::new();
         let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-        for g in &self.p.gpu {
+        for (gi, g) in self.p.gpu.iter().enumerate() {
             let Some(op) = g.op else { continue };
             let mut target = None;
             let mut any = None;
@@ -675,7 +846,7 @@ impl Builder<'_> {
             }
             match target {
                 Some(ni) => {
-                    *op_ns.entry(ni).or_default() += g.dur_ns;
+                    op_gpu.entry(ni).or_default().push(gi as u32);
                     lo = lo.min(g.ts_ns);
                     hi = hi.max(g.end_ns());
                 }
@@ -683,31 +854,74 @@ impl Builder<'_> {
                 None => {}
             }
         }
-        let mut ops: Vec<(usize, i64)> = op_ns.into_iter().collect();
+        let mut ops: Vec<(usize, Vec<u32>)> = op_gpu.into_iter().collect();
         ops.sort_unstable();
-        for (ni, ns) in ops {
+        for (ni, gpu) in ops {
+            let ns: i64 = gpu.iter().map(|&g| self.p.gpu[g as usize].dur_ns).sum();
             let moved = std::mem::take(&mut self.args[ni]);
-            let total: u64 = moved.iter().map(|m| m.1).sum();
+            let total: u64 = moved.iter().map(|m| m.bytes).sum();
             if total == 0 {
                 self.f.attribution.unattributed_ns += ns;
                 continue;
             }
-            self.f.attribution.ops += 1;
-            self.f.attribution.attributed_ns += ns;
-            for (ti, bytes, ideal) in moved {
-                let tr = &mut self.f.nodes[ti as usize].traffic;
-                tr.accesses += 1;
-                tr.bytes = tr.bytes.saturating_add(bytes);
-                tr.ideal_bytes = tr.ideal_bytes.saturating_add(ideal);
-                tr.wasted_bytes = tr.wasted_bytes.saturating_add(bytes.saturating_sub(ideal));
-                tr.time_ns += ns as f64 * bytes as f64 / total as f64;
-                self.f.attribution.bytes = self.f.attribution.bytes.saturating_add(bytes);
-                self.f.attribution.wasted_bytes = self
-                    .f
-                    .attribution
-                    .wasted_bytes
-                    .saturating_add(bytes.saturating_sub(ideal));
+            let m = self.measure(&gpu);
+            let a = &mut self.f.attribution;
+            a.ops += 1;
+            a.attributed_ns += ns;
+            a.kernels += gpu.len() as u64;
+            a.measured_kernels += m.kernels as u64;
+            let full = m.kernels as usize == gpu.len();
+            if full {
+                a.measured_bytes += m.bytes;
+                a.measured_excess_bytes += m.excess;
             }
+            let wasted: u64 = moved.iter().map(|x| x.bytes.saturating_sub(x.ideal)).sum();
+            let ideal_total: u64 = moved.iter().map(|x| x.ideal).sum();
+            for x in &moved {
+                let share = x.bytes as f64 / total as f64;
+                let waste = x.bytes.saturating_sub(x.ideal);
+                let tr = &mut self.f.nodes[x.tensor as usize].traffic;
+                tr.accesses += 1;
+                tr.bytes = tr.bytes.saturating_add(x.bytes);
+                tr.ideal_bytes = tr.ideal_bytes.saturating_add(x.ideal);
+                tr.wasted_bytes = tr.wasted_bytes.saturating_add(waste);
+                tr.time_ns += ns as f64 * share;
+                if full {
+                    // The dense part by dense bytes, the excess by modelled excess.
+                    let excess = m.excess
+                        * if wasted > 0 {
+                            waste as f64 / wasted as f64
+                        } else {
+                            share
+                        };
+                    let ideal_share = if ideal_total > 0 {
+                        x.ideal as f64 / ideal_total as f64
+                    } else {
+                        share
+                    };
+                    tr.measured_accesses += 1;
+                    tr.measured_bytes += (m.bytes - m.excess).max(0.0) * ideal_share + excess;
+                    tr.measured_excess_bytes += excess;
+                }
+                tr.stall_ns += m.stall_ns * share;
+                tr.stall_known_ns += m.stall_known_ns * share;
+                let a = &mut self.f.attribution;
+                a.bytes = a.bytes.saturating_add(x.bytes);
+                a.wasted_bytes = a.wasted_bytes.saturating_add(waste);
+            }
+            let n = &self.et.nodes[ni];
+            self.f.ops.push(OpAccess {
+                et_node: n.id,
+                op: n.op,
+                name: n.name.clone(),
+                natively_strided: self.native[ni],
+                accesses: moved,
+                gpu,
+                gpu_ns: ns,
+                measured_kernels: m.kernels,
+                measured_bytes: full.then_some(m.bytes),
+                measured_excess_bytes: full.then_some(m.excess),
+            });
         }
         let step = self
             .p
@@ -723,6 +937,44 @@ impl Builder<'_> {
             ),
             None => "the window the execution trace covers".to_string(),
         };
+    }
+}
+
+/// Hardware counters of an op's kernels, summed.
+#[derive(Default)]
+struct Measured {
+    kernels: u32,
+    bytes: f64,
+    excess: f64,
+    stall_ns: f64,
+    stall_known_ns: f64,
+}
+
+impl Builder<'_> {
+    fn measure(&self, gpu: &[u32]) -> Measured {
+        let mut m = Measured::default();
+        let Some(hw) = &self.p.hardware else {
+            return m;
+        };
+        for &g in gpu {
+            let Some(r) = hw.by_gpu.get(g as usize).copied().flatten() else {
+                continue;
+            };
+            let Some(k) = hw.kernels.get(r as usize) else {
+                continue;
+            };
+            let dur = self.p.gpu[g as usize].dur_ns as f64;
+            if let Some(share) = k.long_scoreboard_share() {
+                m.stall_ns += dur * share;
+                m.stall_known_ns += dur;
+            }
+            if let Some(e) = super::efficiency::kernel_efficiency(r as usize, k) {
+                m.kernels += 1;
+                m.bytes += e.measured_sectors * super::efficiency::SECTOR_BYTES;
+                m.excess += e.excess_bytes;
+            }
+        }
+        m
     }
 }
 
@@ -1040,6 +1292,31 @@ mod tests {
         assert_eq!(modelled_bytes(&t(1, 1, &[64], &[2])), (512, 256));
         // Empty.
         assert_eq!(modelled_bytes(&t(1, 1, &[0, 4], &[4, 1])), (0, 0));
+    }
+
+    #[test]
+    fn walks_in_the_outputs_order() {
+        // `b.t() + a`: the output takes b.t()'s layout, so a is walked across its rows
+        // and b.t() densely; `a + b.t()` the other way round.
+        let bt = t(2, 2, &[64, 64], &[1, 64]);
+        let a = t(1, 1, &[64, 64], &[64, 1]);
+        let order = iteration_order(&[64, 64], &[1, 64]).expect("order");
+        assert_eq!(order, vec![1, 0]);
+        let dense = 64 * 64 * 4;
+        assert_eq!(modelled_bytes_in_order(&bt, Some(&order)), (dense, dense));
+        assert_eq!(
+            modelled_bytes_in_order(&a, Some(&order)),
+            (64 * 64 * 32, dense)
+        );
+        let logical = iteration_order(&[64, 64], &[64, 1]).expect("order");
+        assert_eq!(logical, vec![0, 1]);
+        assert_eq!(modelled_bytes_in_order(&a, Some(&logical)), (dense, dense));
+        // Size-1 dims keep their place; a broadcast stays free.
+        assert_eq!(
+            iteration_order(&[1, 8, 4], &[32, 1, 8]),
+            Some(vec![0, 2, 1])
+        );
+        assert_eq!(iteration_order(&[8], &[1]), None);
     }
 
     #[test]

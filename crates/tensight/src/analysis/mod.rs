@@ -12,6 +12,7 @@ pub mod flops;
 pub mod forest;
 pub mod kernels;
 pub mod timeline;
+pub mod views;
 
 use crate::model::{GpuKind, OpKind, Profile};
 use serde::Serialize;

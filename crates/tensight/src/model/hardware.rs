@@ -50,6 +50,12 @@ pub struct HwKernel {
     /// `smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio`: cycles a warp
     /// spent waiting on L1TEX (global, local, texture) results, per warp, as ncu reports it.
     pub long_scoreboard_stall: Option<f64>,
+    /// `smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio`: warps
+    /// waiting on L1TEX per issue cycle (the numerator of the long-scoreboard stall share).
+    pub long_scoreboard_per_issue: Option<f64>,
+    /// `smsp__average_warps_active_per_issue_active.ratio`: warps resident per issue cycle
+    /// (the denominator: every cycle a warp spends between two issued instructions).
+    pub warps_active_per_issue: Option<f64>,
     /// `launch__registers_per_thread`.
     pub registers_per_thread: Option<f64>,
     /// `launch__shared_mem_per_block_allocated` (static + dynamic + driver), bytes.
@@ -70,6 +76,16 @@ pub struct HwKernel {
 }
 
 impl HwKernel {
+    /// Share of a warp's cycles between two issued instructions spent waiting on L1TEX
+    /// (global memory) results: Nsight Compute's own long-scoreboard ratio, 0..1.
+    pub fn long_scoreboard_share(&self) -> Option<f64> {
+        let (n, d) = (
+            self.long_scoreboard_per_issue?,
+            self.warps_active_per_issue?,
+        );
+        (d > 0.0 && n >= 0.0).then(|| (n / d).min(1.0))
+    }
+
     /// `(name key, grid, block)`: what identifies a kernel across ncu and the trace.
     pub fn signature(&self) -> (String, [u32; 3], [u32; 3]) {
         (kernel_key(&self.name), self.grid, self.block)

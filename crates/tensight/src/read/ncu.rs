@@ -115,7 +115,13 @@ fn parse_text(shown: &str, text: &str) -> Result<Hardware> {
                 .unwrap_or_default(),
             nvtx: col
                 .get("thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg")
-                .and_then(|&i| nvtx_range(field(i))),
+                .and_then(|&i| nvtx_range(field(i)))
+                .or_else(|| {
+                    col.get(
+                        "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg",
+                    )
+                    .and_then(|&i| nvtx_range(field(i)))
+                }),
             duration_ns: num("gpu__time_duration.sum"),
             dram_read_bytes: num("dram__bytes_read.sum"),
             dram_write_bytes: num("dram__bytes_write.sum"),
@@ -140,6 +146,10 @@ fn parse_text(shown: &str, text: &str) -> Result<Hardware> {
             long_scoreboard_stall: num(
                 "smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio",
             ),
+            long_scoreboard_per_issue: num(
+                "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+            ),
+            warps_active_per_issue: num("smsp__average_warps_active_per_issue_active.ratio"),
             registers_per_thread: num("launch__registers_per_thread"),
             shared_mem_per_block: num("launch__shared_mem_per_block_allocated"),
             occupancy_limit_registers: num("launch__occupancy_limit_registers"),
@@ -168,7 +178,7 @@ fn parse_text(shown: &str, text: &str) -> Result<Hardware> {
         return Err(Error::new(format!(
             "failed to read Nsight Compute CSV {shown}: no kernel rows"
         ))
-        .with_hint("ncu profiled nothing: check --nvtx-include (the range must be pushed on the thread that launches) and --launch-skip/--launch-count"));
+        .with_hint("ncu profiled nothing: check --nvtx-include (`NAME/` selects a push/pop range, of the thread that launches; `NAME` a start/end range) and --launch-skip/--launch-count"));
     }
     hw.signatures = hw
         .kernels
@@ -250,16 +260,18 @@ fn dims(s: &str) -> Option<[u32; 3]> {
     (n > 0).then_some(d)
 }
 
-/// `600  "<default domain>:tensight_step:none:..."` → `tensight_step`.
+/// The range name of an NVTX column: push/pop `600  "<default domain>:tensight_step:none:..."`
+/// or start/end `"1:<default domain>:tensight_step:none:..."` → `tensight_step` (the first
+/// part after the domain; a leading id is skipped).
 fn nvtx_range(s: &str) -> Option<String> {
     let q = s.find('"')?;
     let rest = s[q + 1..].trim_end_matches('"').trim();
-    let mut parts = rest.split(':');
+    let mut parts = rest
+        .split(':')
+        .map(str::trim)
+        .skip_while(|p| p.parse::<u64>().is_ok());
     parts.next()?;
-    parts
-        .next()
-        .map(|r| r.trim().to_string())
-        .filter(|r| !r.is_empty())
+    parts.next().map(str::to_string).filter(|r| !r.is_empty())
 }
 
 /// A kernel signature: (name key, grid, block).
@@ -392,6 +404,19 @@ mod tests {
     const PROBE: &[u8] = include_bytes!("../../../../tests/fixtures/h200-probe/ncu_raw.csv.gz");
     pub(super) const RESNET: &[u8] =
         include_bytes!("../../../../tests/fixtures/h200-probe/ncu_resnet50_step.csv.gz");
+
+    #[test]
+    fn nvtx_range_names() {
+        assert_eq!(
+            nvtx_range("600  \"<default domain>:tensight_step:none:none\"").as_deref(),
+            Some("tensight_step")
+        );
+        assert_eq!(
+            nvtx_range("\"1:<default domain>:tensight_step:none:none\"").as_deref(),
+            Some("tensight_step")
+        );
+        assert_eq!(nvtx_range("no quotes"), None);
+    }
 
     #[test]
     fn probe_kernel_3_loads_32_sectors_per_request() {

@@ -76,6 +76,23 @@ fn traffic_text(tr: &Traffic) -> String {
     s
 }
 
+/// What the hardware pass measured through a tensor: `measured 1.2 GiB, 22% efficient,
+/// 61% of warp cycles stalled on global memory` (empty when nothing was measured).
+pub fn measured_text(tr: &Traffic) -> String {
+    let Some(eff) = tr.efficiency() else {
+        return String::new();
+    };
+    let mut s = format!(
+        "measured {}, {:.0}% efficient",
+        fmt_bytes(tr.measured_bytes),
+        100.0 * eff
+    );
+    if let Some(ls) = tr.long_scoreboard_share() {
+        let _ = write!(s, ", {:.0}% of warp cycles waiting on memory", 100.0 * ls);
+    }
+    s
+}
+
 /// Draw the tree under `root`.
 pub fn tree(out: &mut String, f: &Forest, root: u32, o: TreeOptions) {
     draw(out, f, root, "", "", o);
@@ -125,6 +142,10 @@ fn draw(
         let tr = tr.trim_start_matches(" · ");
         let _ = writeln!(out, "{}", cut(&format!("{child_prefix}{bar}{tr}"), o.width));
     }
+    let m = measured_text(&t.traffic);
+    if !m.is_empty() {
+        let _ = writeln!(out, "{}", cut(&format!("{child_prefix}{bar}{m}"), o.width));
+    }
     let n = kids.len();
     let drawn = n.min(o.max_children.max(1));
     for (k, &c) in kids.iter().take(drawn).enumerate() {
@@ -160,8 +181,16 @@ pub fn text(f: &Forest, source: &str, width: usize) -> String {
     );
     let _ = writeln!(
         out,
-        "Traffic (· bytes in accesses, time) is modelled from shapes and strides,\nover {}.",
-        f.attribution.window
+        "Traffic (· bytes in accesses, time) is modelled from shapes and strides,\nover {}.{}",
+        f.attribution.window,
+        if f.attribution.measured_kernels > 0 {
+            format!(
+                "\n`measured` lines: Nsight Compute's global sectors for {} of {} kernels.",
+                f.attribution.measured_kernels, f.attribution.kernels
+            )
+        } else {
+            String::new()
+        }
     );
     for &r in &f.roots {
         out.push('\n');
@@ -201,7 +230,7 @@ pub fn dot(f: &Forest) -> String {
         }
         let style = if t.parent.is_none() {
             ", style=bold"
-        } else if t.traffic.wasted_bytes > 0 {
+        } else if t.traffic.excess_bytes() > 0.0 {
             ", color=red"
         } else {
             ""
@@ -228,6 +257,11 @@ fn traffic_json(tr: &Traffic) -> Value {
         "ideal_bytes": tr.ideal_bytes,
         "wasted_bytes": tr.wasted_bytes,
         "time_ms": tr.time_ns / 1e6,
+        "measured_accesses": tr.measured_accesses,
+        "measured_bytes": tr.measured_bytes,
+        "measured_excess_bytes": tr.measured_excess_bytes,
+        "efficiency": tr.efficiency(),
+        "long_scoreboard_share": tr.long_scoreboard_share(),
     })
 }
 
@@ -261,7 +295,7 @@ pub fn node_json(f: &Forest, i: u32) -> Value {
 pub fn summary_json(f: &Forest, top: usize) -> Value {
     let a = &f.attribution;
     json!({
-        "modelled": true,
+        "modelled": a.measured_kernels == 0,
         "window": a.window,
         "tensors": f.nodes.len(),
         "base_tensors": f.roots.len(),
@@ -273,7 +307,11 @@ pub fn summary_json(f: &Forest, top: usize) -> Value {
         "unattributed_ms": a.unattributed_ns as f64 / 1e6,
         "bytes": a.bytes,
         "wasted_bytes": a.wasted_bytes,
+        "kernels": a.kernels,
+        "measured_kernels": a.measured_kernels,
+        "measured_bytes": a.measured_bytes,
+        "measured_excess_bytes": a.measured_excess_bytes,
         "by_traffic": f.top_roots(|t| t.bytes, top).into_iter().map(|r| node_json(f, r)).collect::<Vec<_>>(),
-        "by_wasted": f.top_roots(|t| t.wasted_bytes, top).into_iter().map(|r| node_json(f, r)).collect::<Vec<_>>(),
+        "by_wasted": f.top_roots(|t| t.excess_bytes() as u64, top).into_iter().map(|r| node_json(f, r)).collect::<Vec<_>>(),
     })
 }

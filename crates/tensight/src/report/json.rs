@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.3",
+//!   "schema_version": "1.4",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
 //!   "bundle": {                                // since 1.1; null unless a bundle was read
@@ -61,15 +61,18 @@
 //!                 "achieved_tflops", "attainable_tflops", "pct_of_attainable",
 //!                 "bandwidth_util_pct", "compute_util_pct" } | null,
 //!   "tensors": {                               // since 1.2; null without an execution trace
-//!     "modelled": true,                        // bytes from shapes/strides, not measured
+//!     "modelled": bool,                        // true: no kernel had hardware counters
 //!     "window": str,                           // what was attributed (the ET step)
 //!     "tensors", "base_tensors", "views": int, // the tensor forest
 //!     "storage_splits": int,                   // reused storage ids split into lifetimes
 //!     "untracked": int,                        // tensors no recorded op made, on a live base
 //!     "attributed_ops": int, "attributed_ms", "unattributed_ms": float,
 //!     "bytes": int, "wasted_bytes": int,       // modelled; wasted = excess 32-B sectors
+//!     "kernels", "measured_kernels": int,      // since 1.4: kernels attributed, with counters
+//!     "measured_bytes", "measured_excess_bytes": float, // since 1.4: ncu sectors × 32 B
 //!     "by_traffic": [ Tensor ],                // top 10 base tensors by subtree bytes
-//!     "by_wasted": [ Tensor ] } | null,        // top 10 by subtree wasted bytes
+//!     "by_wasted": [ Tensor ] } | null,        // top 10 by subtree excess (measured
+//!                                              // where measured, else modelled)
 //!   "diagnosis": {
 //!     "primary_bottleneck": Finding | null,    // largest estimated saving
 //!     "bottlenecks": [ Finding ],              // largest saving first
@@ -97,14 +100,18 @@
 //!            "traffic": Traffic,                // through this tensor
 //!            "subtree": Traffic,                // through it and its views
 //!            "views": [ Tensor ] }
-//! Traffic = { "accesses", "bytes", "ideal_bytes", "wasted_bytes": int, "time_ms": float }
+//! Traffic = { "accesses", "bytes", "ideal_bytes", "wasted_bytes": int, "time_ms": float,
+//!             "measured_accesses": int,                      // since 1.4 (hardware pass)
+//!             "measured_bytes", "measured_excess_bytes": float,
+//!             "efficiency": float|null,          // ideal / measured sectors, 0..1
+//!             "long_scoreboard_share": float|null } // of the warp cycles of its kernels
 //! ```
 
 use super::Report;
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.3";
+pub const SCHEMA_VERSION: &str = "1.4";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {

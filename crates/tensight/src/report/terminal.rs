@@ -709,11 +709,27 @@ fn tensors(out: &mut String, r: &Report, t: &Term) {
     };
     t.section(out, "TENSORS");
     let a = &f.attribution;
+    let how = if a.measured_kernels > 0 {
+        format!(
+            " Measured by the hardware pass for {} of {} kernels: {} of global sectors, {} \
+             beyond the ideal for their access width; each tensor's share follows the model. \
+             `measured` lines give a tensor's access efficiency (ideal / measured sectors) \
+             and the share of its kernels' warp cycles spent waiting on global memory.",
+            a.measured_kernels,
+            a.kernels,
+            fmt_bytes(a.measured_bytes),
+            fmt_bytes(a.measured_excess_bytes)
+        )
+    } else {
+        " No hardware pass: bytes are modelled, not measured (`tensight run --hardware` \
+         measures them)."
+            .to_string()
+    };
     out.push_str(&wrap(
         &format!(
-            "{} tensors ({} base, {} views) in the execution trace. Modelled from shapes \
-             and strides, not measured, over {}: {} moved by {} ops, {} of it excess \
-             sectors of non-contiguous access; {} of kernel time split by bytes.",
+            "{} tensors ({} base, {} views) in the execution trace. Over {}: {} moved by {} \
+             ops as modelled from shapes and strides, {} of it excess sectors of \
+             non-contiguous access; {} of kernel time split by bytes.{how}",
             f.nodes.len(),
             f.roots.len(),
             f.views(),
@@ -732,7 +748,7 @@ fn tensors(out: &mut String, r: &Report, t: &Term) {
         max_children: 4,
     };
     let by_traffic = f.top_roots(|x| x.bytes, 3);
-    let by_waste = f.top_roots(|x| x.wasted_bytes, 3);
+    let by_waste = f.top_roots(|x| x.excess_bytes() as u64, 3);
     for (title, list) in [
         ("By traffic", &by_traffic),
         ("By wasted traffic", &by_waste),
@@ -743,13 +759,17 @@ fn tensors(out: &mut String, r: &Report, t: &Term) {
         let _ = writeln!(out, "\n{}:", t.bold(title));
         for &root in list.iter() {
             let sub = &f.nodes[root as usize].subtree;
+            let excess = if sub.measured_accesses > 0 {
+                format!("{} excess measured", fmt_bytes(sub.measured_excess_bytes))
+            } else {
+                format!("{} wasted", fmt_bytes(sub.wasted_bytes as f64))
+            };
             let _ = writeln!(
                 out,
                 "{}",
                 t.dim(&format!(
-                    "{} through the tree ({} wasted), {}",
+                    "{} through the tree ({excess}), {}",
                     fmt_bytes(sub.bytes as f64),
-                    fmt_bytes(sub.wasted_bytes as f64),
                     fmt_ms(sub.time_ns / 1e6)
                 ))
             );

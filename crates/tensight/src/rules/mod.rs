@@ -9,6 +9,7 @@
 //! locations. The primary bottleneck is the finding with the largest saving.
 
 mod allocator_churn;
+mod copy_churn;
 mod copy_compute_overlap;
 mod cpu_heavy_ops;
 mod cpu_preprocessing;
@@ -31,6 +32,7 @@ mod pageable_memcpy;
 mod replay;
 mod roofline_position;
 mod small_grids;
+mod transposed_chain;
 mod uncoalesced_global_access;
 pub mod unprofiled;
 
@@ -358,6 +360,8 @@ pub static REGISTRY: &[Rule] = &[
     low_l2_hit_rate::RULE,
     occupancy_limited::RULE,
     non_contiguous_view_access::RULE,
+    copy_churn::RULE,
+    transposed_chain::RULE,
     kernel_diversity::RULE,
     memory_near_capacity::RULE,
     allocator_churn::RULE,

@@ -52,9 +52,10 @@ xt = x.t().contiguous()
 ```
 
 ## Thresholds
-Fires when a kernel's measured sectors (loads + stores) are at least 2× the ideal for
-its access width (ideal sectors per request = bytes per thread access: 4 for fp32, 16 for
-`float4`), the excess is at least 1 MiB, and the launching op (or one enclosing it) has a
+Kernels of ops that a transposed chain (V003) covers are left to that rule. Fires when a
+kernel's measured sectors (loads + stores) are at least 2× the ideal for its access width
+(ideal sectors per request = bytes per thread access: 4 for fp32, 16 for `float4`), the
+excess is at least 1 MiB, and the launching op (or one enclosing it) has a
 non-contiguous tensor input. The estimated saving is the kernel time × (1 − ideal /
 measured sectors) per step: the share of its traffic that the layout wastes, assuming
 the kernel is bound by the sectors it moves.
@@ -73,9 +74,29 @@ pub(crate) const MIN_EXCESS_BYTES: f64 = 1024.0 * 1024.0;
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
+    // Kernels of a transposed chain are V003's: the chain's fix covers them all. Rows
+    // stand for every launch of their signature, so they are matched by signature.
+    let mut in_chain = std::collections::HashSet::new();
+    if let (Some(f), Some(hw)) = (ctx.metrics.tensors.as_ref(), p.hardware.as_ref()) {
+        for c in super::transposed_chain::chains(ctx).0 {
+            for o in &c.ops {
+                for &g in &f.ops[o.op].gpu {
+                    if let Some(k) = hw.for_gpu(g as usize) {
+                        in_chain.insert((k.name.clone(), k.grid, k.block));
+                    }
+                }
+            }
+        }
+    }
     efficiency::attributed(p, ctx.steps(), MIN_FACTOR)
         .into_iter()
         .filter(|a| a.view.is_some() && a.eff.excess_bytes >= MIN_EXCESS_BYTES)
+        .filter(|a| {
+            p.hardware.as_ref().is_none_or(|hw| {
+                let k = &hw.kernels[a.eff.row];
+                !in_chain.contains(&(k.name.clone(), k.grid, k.block))
+            })
+        })
         .map(|a| finding(ctx, p, &a))
         .collect()
 }
