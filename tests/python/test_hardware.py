@@ -65,6 +65,7 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     pairs = {opts[i]: opts[i + 1] for i in range(len(opts) - 1)}
     assert pairs["--clock-control"] == "none"
     assert pairs["--nvtx-include"] == "tensight_step" and "--nvtx" in opts
+    assert "--filter-mode" not in opts and "--launch-count" not in opts  # every launch
     assert pairs["--page"] == "raw" and "--csv" in opts
     assert set(ENGINE_METRICS) <= set(pairs["--metrics"].split(","))
     assert pairs["--log-file"] == str((bundle / "ncu.csv").resolve())
@@ -129,8 +130,9 @@ def test_the_collector_wraps_step_k_in_an_nvtx_range(tmp_path: Path) -> None:
                   extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4"})
     assert r.returncode == 0, r.stderr
     nvtx = [ln for ln in r.stderr.splitlines() if ln.startswith("nvtx ")]
-    # pushed at the end of step 3 (boundary 3), popped at the end of step 4
-    assert nvtx == ["nvtx push tensight_step at 3", "nvtx pop at 4"], r.stderr
+    # started at the end of step 3 (boundary 3), ended at the end of step 4: a start/end
+    # range (process-wide, so the autograd threads' kernels are inside), not push/pop
+    assert nvtx == ["nvtx start tensight_step at 3", "nvtx end 7 at 4"], r.stderr
     assert "train: done" not in r.stdout  # --stop
     assert sorted(p.name for p in bundle.iterdir()) == ["ncu_range.json"]  # no profile
     mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))

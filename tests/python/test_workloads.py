@@ -5,6 +5,7 @@ workloads/harness.py makes from them must be the committed one, and meet issue 5
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,8 +42,8 @@ def test_diagnosis_on_the_recorded_bundles(tmp_path: Path) -> None:
     for name in ("control_bf16_gemm", "control_resnet50"):
         assert rows[name]["severe_findings"] == [], rows[name]
     s = doc["summary"]
-    assert s["planted"] >= 12 and s["primary_as_expected"] == s["planted"], s
-    assert s["estimate_within_35pct"] >= 9, s
+    assert s["planted"] >= 15 and s["primary_as_expected"] == s["planted"], s
+    assert s["estimate_within_35pct"] >= 12, s
     # The committed table is what this engine makes of these bundles.
     committed = json.loads((ROOT / "workloads" / "results.json").read_text())
     assert committed["summary"] == s
@@ -50,14 +51,20 @@ def test_diagnosis_on_the_recorded_bundles(tmp_path: Path) -> None:
         [(r["workload"], r["primary"], r["estimated_saving_ms"]) for r in doc["rows"]]
 
 
-def test_v001_names_the_view_with_measured_sectors_and_is_silent_once_fixed() -> None:
-    def report(bundle: Path) -> dict:
-        r = subprocess.run([sys.executable, "-m", "tensight", "analyze", str(bundle), "--format", "json"],
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr
-        out: dict = json.loads(r.stdout)
-        return out
+def report(bundle: Path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "tensight", "analyze", str(bundle), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out: dict = json.loads(r.stdout)
+    return out
 
+
+def measured_saving(name: str) -> float:
+    t = json.loads((FIXTURES / "timings.json").read_text())["workloads"][name]
+    return float(t["unfixed_ms"] - t["fixed_ms"])
+
+
+def test_v001_names_the_view_with_measured_sectors_and_is_silent_once_fixed() -> None:
     r = report(FIXTURES / "transposed_view")
     v = next(f for f in r["diagnosis"]["bottlenecks"] if f["code"] == "V001")
     assert "transposed" in v["message"] and "sectors per request" in v["message"]
@@ -67,3 +74,65 @@ def test_v001_names_the_view_with_measured_sectors_and_is_silent_once_fixed() ->
     fixed = report(ROOT / "tests" / "fixtures" / "bundles" / "h200-transposed-view-fixed")
     assert fixed["bundle"]["options"]["hardware"] is True
     assert not [f for f in fixed["diagnosis"]["bottlenecks"] if f["code"].startswith("V")]
+
+
+def test_v002_names_the_copied_view_its_line_and_the_redundant_copies() -> None:
+    r = report(FIXTURES / "contiguous_churn")
+    v = r["diagnosis"]["primary_bottleneck"]
+    assert v["code"] == "V002", v
+    labels = {e["label"]: e["value"] for e in v["evidence"]}
+    assert labels["copies in the step"].startswith("4,"), labels
+    assert "transposed" in labels["view copied"] and "contiguous_churn.py(22)" in labels["view copied"]
+    assert "(redundant)" in labels["copy 4"] and "(redundant)" not in labels["copy 1"]
+    assert any("contiguous_churn.py(22)" in (loc.get("source") or "") for loc in v["locations"])
+    assert abs(v["saving_ms"] - measured_saving("contiguous_churn")) <= 0.35 * measured_saving("contiguous_churn")
+
+
+def test_v003_names_the_transpose_and_the_chain_with_and_without_hardware(tmp_path: Path) -> None:
+    measured = measured_saving("transposed_chain")
+    r = report(FIXTURES / "transposed_chain")
+    codes = [f["code"] for f in r["diagnosis"]["bottlenecks"]]
+    v = r["diagnosis"]["primary_bottleneck"]
+    assert v["code"] == "V003" and "V001" not in codes, codes  # the chain's kernels are V003's
+    labels = {e["label"]: e["value"] for e in v["evidence"]}
+    assert labels["created by"] == "aten::t at transposed_chain.py(27): step", labels
+    assert "measured sectors" in v["estimate"] or "measured sectors" in str(v["evidence"])
+    assert abs(v["saving_ms"] - measured) <= 0.35 * measured, (v["saving_ms"], measured)
+    # Without the hardware pass the excess comes from the kernels' own times.
+    bare = tmp_path / "transposed_chain"
+    shutil.copytree(FIXTURES / "transposed_chain", bare)
+    (bare / "ncu.csv.gz").unlink()
+    manifest = json.loads((bare / "manifest.json").read_text())
+    manifest.pop("hardware", None)
+    (bare / "manifest.json").write_text(json.dumps(manifest))
+    m = report(bare)["diagnosis"]["primary_bottleneck"]
+    assert m["code"] == "V003" and "dense bytes" in m["estimate"], m
+    assert abs(m["saving_ms"] - measured) <= 0.35 * measured, (m["saving_ms"], measured)
+
+
+def test_view_rules_fire_only_where_planted() -> None:
+    planted = {"transposed_view": "V001", "contiguous_churn": "V002", "transposed_chain": "V003"}
+    for d in sorted(p for p in FIXTURES.iterdir() if (p / "manifest.json").is_file()):
+        fired = {f["code"] for f in report(d)["diagnosis"]["bottlenecks"] if f["code"].startswith("V")}
+        expect = {planted[d.name]} if d.name in planted else set()
+        assert fired == expect, (d.name, fired)
+
+
+def test_hardware_pass_covers_the_backward_pass_and_the_fixed_chain_is_quiet() -> None:
+    # Recorded with the process-wide NVTX range: the backward kernels are profiled too.
+    bundles = ROOT / "tests" / "fixtures" / "bundles"
+    hw = report(bundles / "h200-transposed-chain-hw")
+    assert hw["bundle"]["options"]["hardware"] is True
+    v = hw["diagnosis"]["primary_bottleneck"]
+    assert v["code"] == "V003" and "measured sectors" in v["estimate"], v
+    measured = measured_saving("transposed_chain")
+    assert abs(v["saving_ms"] - measured) <= 0.35 * measured, (v["saving_ms"], measured)
+    manifest = json.loads((bundles / "h200-transposed-chain-hw" / "manifest.json").read_text())
+    assert manifest["hardware"]["kernels"] >= 12, manifest["hardware"]  # forward 5 + backward
+    fixed = report(bundles / "h200-transposed-chain-fixed")
+    codes = {f["code"] for f in fixed["diagnosis"]["bottlenecks"]}
+    assert not codes & {"V002", "V003"}, codes
+    # What remains is the one transposing copy the fix makes: V001 names that copy.
+    for f in fixed["diagnosis"]["bottlenecks"]:
+        if f["code"] == "V001":
+            assert "aten::copy_" in f["message"], f

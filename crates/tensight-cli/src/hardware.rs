@@ -3,8 +3,13 @@
 //! After the normal run wrote the bundle, the program runs again as
 //! `ncu --clock-control none --target-processes all --nvtx --nvtx-include tensight_step
 //! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- env K=V... CMD...` with
-//! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no
-//! profile and instead wraps step K in the NVTX range `tensight_step` (then stops the
+//! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no profile
+//! and instead wraps step K in the process-wide NVTX start/end range `tensight_step`
+//! (every thread's kernels, the backward pass's included). `--hardware-once` adds
+//! `--filter-mode per-launch-config --launch-count 1` (each grid/block/shared-memory
+//! configuration once; the reader gives a row's counters to the launches of its
+//! signature, but a kernel launched like an earlier one gets none). The collector then
+//! stops the
 //! program if `--stop`), and writes `ncu_range.json` saying whether the range closed.
 //! ncu writes its CSV (and its `==PROF==` lines, which the reader skips) to the
 //! `--log-file`; the program's own stdout and stderr (and any ncu message that misses
@@ -60,6 +65,8 @@ pub(crate) struct Pass<'a> {
     /// The environment of the first run (PYTHONPATH, TENSIGHT_*).
     pub env: Vec<(&'static str, OsString)>,
     pub step: u64,
+    /// Profile every launch, not each launch configuration once.
+    pub every_launch: bool,
 }
 
 /// How the pass ended, for the manifest and the one stderr line.
@@ -107,7 +114,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// ncu's arguments before `--` and the program.
-pub(crate) fn ncu_args(csv: &Path) -> Vec<OsString> {
+pub(crate) fn ncu_args(csv: &Path, every_launch: bool) -> Vec<OsString> {
     let mut a: Vec<OsString> = [
         "--clock-control",
         "none",
@@ -122,6 +129,12 @@ pub(crate) fn ncu_args(csv: &Path) -> Vec<OsString> {
     // No trailing `/`: a start/end range (process-wide), not a push/pop one (per thread;
     // the backward kernels, launched from autograd's threads, would be left out).
     a.push(RANGE.into());
+    if !every_launch {
+        // Each launch configuration (grid, block, shared memory; not the kernel) once.
+        for x in ["--filter-mode", "per-launch-config", "--launch-count", "1"] {
+            a.push(x.into());
+        }
+    }
     for x in ["--csv", "--page", "raw", "--metrics"] {
         a.push(x.into());
     }
@@ -174,11 +187,13 @@ pub(crate) fn run(pass: &Pass) {
         _ => {
             let k = outcome.kernels.unwrap_or(0);
             let s = outcome.signatures.unwrap_or(k);
-            let once = if s > 0 && s < k {
+            let once = if pass.every_launch && s > 0 && s < k {
                 format!(
                     "; {s} distinct signatures: profiling each once would take ~{:.0}% of that",
                     100.0 * s as f64 / k as f64
                 )
+            } else if !pass.every_launch {
+                "; each launch configuration once: kernels launched like an earlier one have no counters".into()
             } else {
                 String::new()
             };
@@ -211,7 +226,7 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     env.push(("TENSIGHT_HARDWARE", "1".into()));
     env.push(("TENSIGHT_HARDWARE_STEP", pass.step.to_string().into()));
     let mut cmd = Command::new(ncu);
-    cmd.args(ncu_args(&csv))
+    cmd.args(ncu_args(&csv, pass.every_launch))
         .arg("--")
         .args(target_command(&env, pass.command))
         .stdin(Stdio::null())
@@ -361,6 +376,7 @@ fn update_manifest(pass: &Pass, o: &Outcome, wall: f64) -> Result<(), String> {
             "step": pass.step,
             "kernels": o.kernels,
             "signatures": o.signatures,
+            "launches": if pass.every_launch { "every" } else { "once per launch configuration" },
             "ncu_version": o.version,
             "wall_s": (wall * 10.0).round() / 10.0,
         }),

@@ -29,9 +29,35 @@ fn with_et(trace: &str, et: &str) -> Report {
         .unwrap_or_else(|e| panic!("{trace}: {e}"))
 }
 
+/// The accuracy suite's workload bundles (tests/fixtures/workloads), recorded on the H200.
+const WORKLOADS: [&str; 18] = [
+    "sync_in_loop",
+    "late_migration",
+    "fp32_gemm",
+    "launch_bound",
+    "pageable_h2d",
+    "cpu_preprocessing",
+    "device_ping_pong",
+    "dataloader_starvation",
+    "small_grid",
+    "misaligned_bf16",
+    "unfused_chain",
+    "transposed_view",
+    "contiguous_churn",
+    "transposed_chain",
+    "allocator_churn",
+    "control_bf16_gemm",
+    "control_resnet50",
+    "real_gpt",
+];
+
 /// Every real trace with an execution trace, by name.
 fn all() -> Vec<(String, Report)> {
     let mut v: Vec<(String, Report)> = BUNDLES.iter().map(|b| (b.to_string(), bundle(b))).collect();
+    for w in WORKLOADS {
+        let rel = format!("workloads/{w}");
+        v.push((rel.clone(), bundle(&rel)));
+    }
     v.push((
         "h200-probe (files)".into(),
         with_et(
@@ -214,7 +240,8 @@ fn reports_show_the_tensors_section() {
         },
     );
     let section = text.split("\nTENSORS\n").nth(1).expect("a TENSORS section");
-    assert!(section.contains("Modelled from shapes"));
+    assert!(section.contains("modelled from shapes"));
+    assert!(section.contains("No hardware pass"));
     assert!(section.contains("ProfilerStep#5"));
     for line in section.lines() {
         assert!(line.chars().count() <= 80, "too wide: {line}");
@@ -232,4 +259,115 @@ fn reports_show_the_tensors_section() {
     let bare = tensight::analyze_path(&fixture("h200-probe/kineto_trace.json.gz")).expect("probe");
     assert!(bare.metrics.tensors.is_none());
     assert!(report::json::to_value(&bare)["tensors"].is_null());
+}
+
+/// The node of tensor `id` (ET tensor id).
+fn node(f: &Forest, id: u64) -> &tensight::analysis::forest::TensorNode {
+    f.nodes
+        .iter()
+        .find(|n| n.tensor_id == id)
+        .unwrap_or_else(|| panic!("tensor {id}"))
+}
+
+#[test]
+fn hardware_pass_measures_the_transposed_views_traffic() {
+    // `a + b.t()`: the output follows a, so b.t() is walked across its strides; the
+    // hardware pass measured 18 load sectors per request against 4, so the view's share
+    // of the add kernel's sectors is 1/8 useful.
+    let r = bundle("workloads/transposed_view");
+    let f = forest(&r);
+    let a = &f.attribution;
+    assert!(
+        a.measured_kernels > 0 && a.measured_kernels <= a.kernels,
+        "{a:?}"
+    );
+    let view = f
+        .nodes
+        .iter()
+        .find(|n| n.layout == Layout::Transposed && n.traffic.accesses > 0)
+        .expect("the transposed view");
+    let eff = view.traffic.efficiency().expect("measured");
+    assert!((eff - 0.125).abs() < 0.01, "efficiency {eff}");
+    assert!(view.traffic.measured_excess_bytes > 1.5 * (1u64 << 30) as f64);
+    // Its dense partner and the result were read and written at full efficiency.
+    for n in f.nodes.iter().filter(|n| {
+        n.layout == Layout::Contiguous && n.traffic.measured_accesses > 0 && n.numel == view.numel
+    }) {
+        assert!(
+            n.traffic.efficiency().unwrap_or(0.0) > 0.99,
+            "#{}",
+            n.tensor_id
+        );
+    }
+}
+
+#[test]
+fn mixed_layout_ops_charge_the_operand_walked_across_its_strides() {
+    // `ht * a + b`, `relu(.) - c` with ht = h.t(): each result takes ht's layout, so a, b
+    // and c (contiguous) are the ones read across strides, not ht. The hardware pass
+    // (with the stall-share metrics) agrees: ~12% efficient, mostly waiting on memory.
+    let r = bundle("workloads/transposed_chain");
+    let f = forest(&r);
+    let ht = f
+        .nodes
+        .iter()
+        .find(|n| {
+            n.layout == Layout::Transposed
+                && n.relation == Relation::View
+                && n.created_by.as_ref().is_some_and(|c| &*c.name == "aten::t")
+        })
+        .expect("ht");
+    assert_eq!(ht.traffic.wasted_bytes, 0, "ht itself is walked densely");
+    let strided: Vec<_> = f
+        .roots
+        .iter()
+        .map(|&i| &f.nodes[i as usize])
+        .filter(|n| n.layout == Layout::Contiguous && n.traffic.wasted_bytes > 0)
+        .collect();
+    assert!(strided.len() >= 3, "a, b and c");
+    for n in &strided {
+        let eff = n.traffic.efficiency().expect("measured");
+        assert!(eff < 0.2, "#{} efficiency {eff}", n.tensor_id);
+        let share = n
+            .traffic
+            .long_scoreboard_share()
+            .expect("stall share collected");
+        assert!(
+            share > 0.5 && share <= 1.0,
+            "#{} share {share}",
+            n.tensor_id
+        );
+    }
+    let _ = node(f, ht.tensor_id);
+}
+
+#[test]
+fn tensors_section_says_what_was_measured() {
+    let r = bundle("workloads/transposed_chain");
+    let text = report::terminal::render(
+        &r,
+        report::RenderOptions {
+            color: false,
+            width: 80,
+        },
+    );
+    let section = text.split("\nTENSORS\n").nth(1).expect("a TENSORS section");
+    assert!(
+        section.contains("Measured by the hardware pass for"),
+        "{section}"
+    );
+    assert!(section.contains("% efficient"), "{section}");
+    assert!(
+        section.contains("of warp cycles waiting on memory"),
+        "{section}"
+    );
+    let v = report::json::to_value(&r);
+    let t = &v["tensors"];
+    assert_eq!(t["modelled"], false);
+    assert!(t["measured_kernels"].as_u64().unwrap_or(0) > 0);
+    let first = &t["by_wasted"][0]["subtree"];
+    assert!(
+        first["efficiency"].as_f64().is_some_and(|e| e < 0.5),
+        "{first}"
+    );
 }

@@ -1,6 +1,7 @@
-"""Training loop that logs NVTX pushes/pops with the iteration they fall in:
-`nvtx_probe.py [ITERATIONS]`. Prints `nvtx push NAME at I` / `nvtx pop at I` on stderr
-(I counts from 1; a push between iterations I-1 and I says I) and `train: done N`."""
+"""Training loop that logs NVTX range starts/ends with the iteration they fall in:
+`nvtx_probe.py [ITERATIONS]`. Prints `nvtx start NAME at I` / `nvtx end ID at I` on
+stderr (I counts from 1; a start between iterations I-1 and I says I) and
+`train: done N`. Push/pop ranges are logged too, as `nvtx push`/`nvtx pop`."""
 
 import sys
 
@@ -21,8 +22,19 @@ def pop() -> int:
     return 0
 
 
+def start(name: str) -> int:
+    print(f"nvtx start {name} at {current}", file=sys.stderr)
+    return 7
+
+
+def end(range_id: int) -> None:
+    print(f"nvtx end {range_id} at {current}", file=sys.stderr)
+
+
 torch.cuda.nvtx.range_push = push
 torch.cuda.nvtx.range_pop = pop
+torch.cuda.nvtx.range_start = start
+torch.cuda.nvtx.range_end = end
 model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 for i in range(1, iterations + 1):

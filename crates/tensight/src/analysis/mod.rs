@@ -305,6 +305,27 @@ fn add_transfers(a: &mut TransferStats, b: &TransferStats) {
 }
 
 /// Median (upper middle for even counts); 0 for none.
+/// Median of the finite, positive values (mean of the middle two for an even count);
+/// `None` when there are none. For step times: a 0 or NaN is a missing timing.
+pub fn median_ms(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Median of integer durations (mean of the middle two, rounded down); 0 when empty.
 pub fn median(v: &mut [i64]) -> i64 {
     if v.is_empty() {
         return 0;

@@ -285,8 +285,8 @@ fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
 /// Step time with and without the profiler, as the collector measured it.
 fn timing_line(out: &mut String, b: &BundleInfo, t: &Term) {
     let (prof, plain) = (
-        median(&b.timing.step_ms_profiled),
-        median(&b.timing.step_ms_unprofiled),
+        crate::analysis::median_ms(&b.timing.step_ms_profiled),
+        crate::analysis::median_ms(&b.timing.step_ms_unprofiled),
     );
     if let (Some(p), Some(u)) = (prof, plain) {
         let ratio = if u > 0.0 {
@@ -342,20 +342,6 @@ fn bundle_device(d: &BundleDevice) -> String {
         let _ = write!(s, " · sm_{ma}{mi}");
     }
     s
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// The last non-empty line (a traceback ends with the exception).
@@ -759,19 +745,23 @@ fn tensors(out: &mut String, r: &Report, t: &Term) {
         let _ = writeln!(out, "\n{}:", t.bold(title));
         for &root in list.iter() {
             let sub = &f.nodes[root as usize].subtree;
-            let excess = if sub.measured_accesses > 0 {
-                format!("{} excess measured", fmt_bytes(sub.measured_excess_bytes))
+            let moved = if sub.measured_accesses > 0 {
+                format!(
+                    "{} measured through the tree ({} excess)",
+                    fmt_bytes(sub.measured_bytes),
+                    fmt_bytes(sub.measured_excess_bytes)
+                )
             } else {
-                format!("{} wasted", fmt_bytes(sub.wasted_bytes as f64))
+                format!(
+                    "{} through the tree ({} wasted)",
+                    fmt_bytes(sub.bytes as f64),
+                    fmt_bytes(sub.wasted_bytes as f64)
+                )
             };
             let _ = writeln!(
                 out,
                 "{}",
-                t.dim(&format!(
-                    "{} through the tree ({excess}), {}",
-                    fmt_bytes(sub.bytes as f64),
-                    fmt_ms(sub.time_ns / 1e6)
-                ))
+                t.dim(&format!("{moved}, {}", fmt_ms(sub.time_ns / 1e6)))
             );
             super::forest::tree(out, f, root, opts);
         }

@@ -41,28 +41,15 @@ pub struct Unprofiled {
     pub host_idle_cap_ms: f64,
 }
 
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = v
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
-}
-
 /// The unprofiled step of `profile`'s bundle, when the profiler inflated the step.
 pub fn of(profile: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Unprofiled> {
     let t = &profile.bundle.as_ref()?.timing;
-    let (u, source) = match median(&t.step_ms_unprofiled_gpu) {
+    let (u, source) = match crate::analysis::median_ms(&t.step_ms_unprofiled_gpu) {
         Some(u) => (u, "cuda_events"),
         // The host clock of a GPU-bound program measures how fast the host queues work,
         // not the step: the step is at least the GPU's busy time.
         None => (
-            median(&t.step_ms_unprofiled)?.max(gpu_busy_ms),
+            crate::analysis::median_ms(&t.step_ms_unprofiled)?.max(gpu_busy_ms),
             "host_clock",
         ),
     };
