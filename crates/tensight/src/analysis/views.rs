@@ -112,7 +112,7 @@ fn excess_of(o: &OpAccess, bw: Option<Bandwidth>) -> Option<(f64, bool)> {
 }
 
 /// Transposed views whose layout reaches elementwise ops that mix it with other layouts,
-/// with at least `min_ops` paying ops; largest saving first.
+/// with at least `min_ops` paying ops; largest saving first, no op in two chains.
 pub fn transposed_chains(f: &Forest, bw: Option<Bandwidth>, min_ops: usize) -> Vec<Chain> {
     let mut out = Vec::new();
     for (vi, v) in f.nodes.iter().enumerate() {
@@ -173,6 +173,15 @@ pub fn transposed_chains(f: &Forest, bw: Option<Bandwidth>, min_ops: usize) -> V
         });
     }
     out.sort_by(|a, b| b.saving_ns().total_cmp(&a.saving_ns()));
+    // An op reached from two views counts once: for the chain that saves the most.
+    let mut taken = std::collections::HashSet::new();
+    out.retain(|c| {
+        let fresh = c.ops.iter().all(|o| !taken.contains(&o.op));
+        if fresh {
+            taken.extend(c.ops.iter().map(|o| o.op));
+        }
+        fresh
+    });
     out
 }
 

@@ -90,7 +90,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     };
     let (chains, bw) = chains(ctx);
-    // One finding per view: a view reached by several chains is reported once.
+    // One finding per chain; no op is in two (see `transposed_chains`).
     chains
         .iter()
         .map(|c| finding(ctx, ctx.profile, f, c, bw))
