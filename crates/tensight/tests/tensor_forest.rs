@@ -75,6 +75,21 @@ fn all() -> Vec<(String, Report)> {
     v
 }
 
+/// The report's TENSORS section, as text at 80 columns.
+fn tensors_section(r: &Report) -> String {
+    let text = report::terminal::render(
+        r,
+        report::RenderOptions {
+            color: false,
+            width: 80,
+        },
+    );
+    text.split("\nTENSORS\n")
+        .nth(1)
+        .expect("a TENSORS section")
+        .to_string()
+}
+
 fn forest(r: &Report) -> &Forest {
     r.metrics.tensors.as_ref().expect("a tensor forest")
 }
@@ -232,14 +247,7 @@ fn dot_output_is_well_formed() {
 #[test]
 fn reports_show_the_tensors_section() {
     let r = bundle("bundles/h200-resnet50");
-    let text = report::terminal::render(
-        &r,
-        report::RenderOptions {
-            color: false,
-            width: 80,
-        },
-    );
-    let section = text.split("\nTENSORS\n").nth(1).expect("a TENSORS section");
+    let section = tensors_section(&r);
     assert!(section.contains("modelled from shapes"));
     assert!(section.contains("No hardware pass"));
     assert!(section.contains("ProfilerStep#5"));
@@ -259,14 +267,6 @@ fn reports_show_the_tensors_section() {
     let bare = tensight::analyze_path(&fixture("h200-probe/kineto_trace.json.gz")).expect("probe");
     assert!(bare.metrics.tensors.is_none());
     assert!(report::json::to_value(&bare)["tensors"].is_null());
-}
-
-/// The node of tensor `id` (ET tensor id).
-fn node(f: &Forest, id: u64) -> &tensight::analysis::forest::TensorNode {
-    f.nodes
-        .iter()
-        .find(|n| n.tensor_id == id)
-        .unwrap_or_else(|| panic!("tensor {id}"))
 }
 
 #[test]
@@ -338,20 +338,12 @@ fn mixed_layout_ops_charge_the_operand_walked_across_its_strides() {
             n.tensor_id
         );
     }
-    let _ = node(f, ht.tensor_id);
 }
 
 #[test]
 fn tensors_section_says_what_was_measured() {
     let r = bundle("workloads/transposed_chain");
-    let text = report::terminal::render(
-        &r,
-        report::RenderOptions {
-            color: false,
-            width: 80,
-        },
-    );
-    let section = text.split("\nTENSORS\n").nth(1).expect("a TENSORS section");
+    let section = tensors_section(&r);
     assert!(
         section.contains("Measured by the hardware pass for"),
         "{section}"

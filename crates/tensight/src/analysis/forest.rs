@@ -38,15 +38,16 @@
 //! output follows the first input's layout. So `a + b.t()` reads `b.t()` across its
 //! strides, but `b.t() + a` writes a transposed output and reads `a` across its strides.
 //! The recorded output strides say which order was taken: every operand of the output's
-//! shape is modelled in the order of the output's strides (largest first); operands of
-//! another shape (reductions, broadcasts) in logical order.
+//! shape is modelled in the order of the output's strides (largest first); the input of a
+//! reduction (more elements than its output) in its own memory order; other operands in
+//! logical order.
 //!
 //! **Measured, when there is a hardware pass.** A kernel with Nsight Compute counters
 //! (its own row or its signature's) replaces the model by what was measured: its L1
 //! global load and store sectors × 32 B, and the excess over the ideal sectors for its
-//! access width ([`crate::analysis::efficiency`]). The measured bytes are split over the
-//! op's tensors by their modelled bytes, the excess by their modelled excess (by bytes
-//! when the model sees none). Per tensor this gives an access-efficiency score (ideal /
+//! access width ([`crate::analysis::efficiency`]). The measured dense part is split over
+//! the op's tensors by their dense bytes, the excess by their modelled excess (by
+//! modelled bytes when the model sees none). Per tensor this gives an access-efficiency score (ideal /
 //! measured sectors) and the long-scoreboard share of the warp cycles of the kernels
 //! that touch it. Only the ops the execution trace covers are attributed: for a bundle,
 //! the one step recorded with the observer (`execution_trace_step`).
@@ -358,6 +359,16 @@ pub struct Creator {
     pub source: Option<String>,
 }
 
+impl Creator {
+    /// `aten::transpose at train.py(12): step`, or the op alone without a source line.
+    pub fn text(&self) -> String {
+        match &self.source {
+            Some(src) => format!("{} at {src}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+}
+
 /// Traffic through a tensor: modelled always, measured where the hardware pass has the
 /// kernels' counters (see the module doc).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -451,8 +462,6 @@ pub struct OpAccess {
     pub gpu: Vec<u32>,
     /// Their time, ns.
     pub gpu_ns: i64,
-    /// Of those, with hardware counters.
-    pub measured_kernels: u32,
     /// Measured sectors × 32 B (when every kernel was measured).
     pub measured_bytes: Option<f64>,
     /// Measured excess over the ideal sectors × 32 B (when every kernel was measured).
@@ -527,6 +536,25 @@ impl TensorNode {
     pub fn bytes(&self) -> u64 {
         self.numel.saturating_mul(self.itemsize as u64)
     }
+
+    /// `#13 f32[8192,8192] transposed [1,8192]`: id, shape, layout and strides (findings).
+    pub fn describe(&self) -> String {
+        let strides: Vec<String> = self.strides.iter().map(|s| s.to_string()).collect();
+        format!(
+            "#{} {} {} [{}]",
+            self.tensor_id,
+            shape_text(self),
+            self.layout.label(),
+            strides.join(",")
+        )
+    }
+
+    /// The op (and line) that made it, `not recorded` when none did (findings).
+    pub fn made_by(&self) -> String {
+        self.created_by
+            .as_ref()
+            .map_or_else(|| "not recorded".into(), Creator::text)
+    }
 }
 
 /// Totals of the attribution.
@@ -581,8 +609,6 @@ struct Builder<'a> {
     by_id: HashMap<i64, usize>,
     /// Per ET node: each read and write.
     args: Vec<Vec<Access>>,
-    /// Per ET node: GEMM, convolution or attention.
-    native: Vec<bool>,
 }
 
 /// Build the forest and attribute traffic; `None` without an execution trace or tensors.
@@ -604,13 +630,11 @@ pub fn build(p: &Profile) -> Option<Forest> {
             .map(|(i, n)| (n.id, i))
             .collect(),
         args: vec![Vec::new(); et.nodes.len()],
-        native: vec![false; et.nodes.len()],
     };
     for (ni, n) in et.nodes.iter().enumerate() {
         // GEMM, convolution and attention kernels read transposed operands natively
         // (cuBLAS transpose flags, cuDNN layouts): no modelled excess for their arguments.
         let natively_strided = super::flops::has_formula(&n.name);
-        b.native[ni] = natively_strided;
         // The walk follows the first output's memory order (see the module doc).
         let leader = n.outputs.first();
         let order = leader.and_then(|o| iteration_order(&o.shape, &o.strides));
@@ -858,26 +882,37 @@ impl Builder<'_> {
         ops.sort_unstable();
         for (ni, gpu) in ops {
             let ns: i64 = gpu.iter().map(|&g| self.p.gpu[g as usize].dur_ns).sum();
-            let moved = std::mem::take(&mut self.args[ni]);
-            let total: u64 = moved.iter().map(|m| m.bytes).sum();
+            let total: u64 = self.args[ni].iter().map(|m| m.bytes).sum();
             if total == 0 {
                 self.f.attribution.unattributed_ns += ns;
                 continue;
             }
             let m = self.measure(&gpu);
+            let full = m.kernels as usize == gpu.len();
+            let n = &self.et.nodes[ni];
+            let op = OpAccess {
+                et_node: n.id,
+                op: n.op,
+                name: n.name.clone(),
+                natively_strided: super::flops::has_formula(&n.name),
+                accesses: std::mem::take(&mut self.args[ni]),
+                gpu,
+                gpu_ns: ns,
+                measured_bytes: full.then_some(m.bytes),
+                measured_excess_bytes: full.then_some(m.excess),
+            };
             let a = &mut self.f.attribution;
             a.ops += 1;
             a.attributed_ns += ns;
-            a.kernels += gpu.len() as u64;
+            a.kernels += op.gpu.len() as u64;
             a.measured_kernels += m.kernels as u64;
-            let full = m.kernels as usize == gpu.len();
             if full {
                 a.measured_bytes += m.bytes;
                 a.measured_excess_bytes += m.excess;
             }
-            let wasted: u64 = moved.iter().map(|x| x.bytes.saturating_sub(x.ideal)).sum();
-            let ideal_total: u64 = moved.iter().map(|x| x.ideal).sum();
-            for x in &moved {
+            let wasted = op.wasted_bytes();
+            let ideal_total = op.ideal_bytes();
+            for x in &op.accesses {
                 let share = x.bytes as f64 / total as f64;
                 let waste = x.bytes.saturating_sub(x.ideal);
                 let tr = &mut self.f.nodes[x.tensor as usize].traffic;
@@ -905,23 +940,11 @@ impl Builder<'_> {
                 }
                 tr.stall_ns += m.stall_ns * share;
                 tr.stall_known_ns += m.stall_known_ns * share;
-                let a = &mut self.f.attribution;
-                a.bytes = a.bytes.saturating_add(x.bytes);
-                a.wasted_bytes = a.wasted_bytes.saturating_add(waste);
             }
-            let n = &self.et.nodes[ni];
-            self.f.ops.push(OpAccess {
-                et_node: n.id,
-                op: n.op,
-                name: n.name.clone(),
-                natively_strided: self.native[ni],
-                accesses: moved,
-                gpu,
-                gpu_ns: ns,
-                measured_kernels: m.kernels,
-                measured_bytes: full.then_some(m.bytes),
-                measured_excess_bytes: full.then_some(m.excess),
-            });
+            let a = &mut self.f.attribution;
+            a.bytes = a.bytes.saturating_add(total);
+            a.wasted_bytes = a.wasted_bytes.saturating_add(wasted);
+            self.f.ops.push(op);
         }
         let step = self
             .p

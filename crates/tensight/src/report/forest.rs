@@ -51,10 +51,7 @@ pub fn head(t: &TensorNode) -> String {
 /// Who made it and where: `aten::transpose at train.py(12): step`.
 pub fn origin(t: &TensorNode) -> String {
     match (&t.created_by, t.relation) {
-        (Some(c), _) => match &c.source {
-            Some(src) => format!("{} at {src}", c.name),
-            None => c.name.to_string(),
-        },
+        (Some(c), _) => c.text(),
         (None, Relation::Untracked) => "no recorded op (untracked alias)".into(),
         (None, _) => "made before the trace".into(),
     }

@@ -2,7 +2,6 @@
 //! tensor (`.contiguous()`, `.clone()`, a copying `.reshape()`/`.to()`) several times in a
 //! step while the base does not change: every copy after the first is redundant.
 
-use super::transposed_chain::{describe, made_by};
 use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
 };
@@ -85,11 +84,11 @@ fn finding(ctx: &Context, f: &crate::analysis::forest::Forest, c: &Churn) -> Fin
         .as_ref()
         .map_or("a copy".to_string(), |k| format!("`{}`", k.name));
     let mut evidence = vec![
-        ev("base tensor", describe(base)),
+        ev("base tensor", base.describe()),
         ev(
             "view copied",
             if src.parent.is_some() {
-                format!("{} ({})", describe(src), made_by(src))
+                format!("{} ({})", src.describe(), src.made_by())
             } else {
                 "the base itself".into()
             },
@@ -107,14 +106,14 @@ fn finding(ctx: &Context, f: &crate::analysis::forest::Forest, c: &Churn) -> Fin
             format!("copy {}", i + 1),
             format!(
                 "{}, {} of kernel time{}",
-                made_by(r),
+                r.made_by(),
                 fmt_ms(k.gpu_ns as f64 / 1e6),
                 if i == 0 { "" } else { " (redundant)" }
             ),
         ));
         if let Some(op) = k.op {
             let mut l = op_location(p, op);
-            l.tensor = Some(describe(src));
+            l.tensor = Some(src.describe());
             if !locations
                 .iter()
                 .any(|x: &super::Location| x.source == l.source && x.op == l.op)
@@ -127,8 +126,8 @@ fn finding(ctx: &Context, f: &crate::analysis::forest::Forest, c: &Churn) -> Fin
         title: format!("The same view of one tensor is copied {n} times per step"),
         message: format!(
             "{} of base {} is materialized by {op_name} {n} times in the step with no write to the base in between; {} redundant copies take {} of kernel time",
-            describe(src),
-            describe(base),
+            src.describe(),
+            base.describe(),
             n - 1,
             fmt_ms(saving_ms)
         ),

@@ -248,6 +248,8 @@ pub struct Context<'a> {
     pub metrics: &'a RunMetrics,
     /// GPU work per op, shared by the rules that need it (computed once, on first use).
     launched: std::sync::OnceLock<host_work::Launched>,
+    /// V003's transposed chains, read by V001 too (computed once, on first use).
+    chains: std::sync::OnceLock<transposed_chain::Chains>,
 }
 
 impl<'a> Context<'a> {
@@ -257,7 +259,13 @@ impl<'a> Context<'a> {
             profile,
             metrics,
             launched: std::sync::OnceLock::new(),
+            chains: std::sync::OnceLock::new(),
         }
+    }
+    /// [`transposed_chain::Chains::of`] this context, computed once.
+    fn chains(&self) -> &transposed_chain::Chains {
+        self.chains
+            .get_or_init(|| transposed_chain::Chains::of(self))
     }
     /// [`host_work::Launched::of`] the profile, computed once.
     fn launched(&self) -> &host_work::Launched {

@@ -78,7 +78,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     // stand for every launch of their signature, so they are matched by signature.
     let mut in_chain = std::collections::HashSet::new();
     if let (Some(f), Some(hw)) = (ctx.metrics.tensors.as_ref(), p.hardware.as_ref()) {
-        for c in super::transposed_chain::chains(ctx).0 {
+        for c in &ctx.chains().chains {
             for o in &c.ops {
                 for &g in &f.ops[o.op].gpu {
                     if let Some(k) = hw.for_gpu(g as usize) {

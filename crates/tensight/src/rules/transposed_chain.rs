@@ -3,7 +3,7 @@
 //! one operand across its strides.
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
-use crate::analysis::forest::{shape_text, Forest, TensorNode};
+use crate::analysis::forest::Forest;
 use crate::analysis::views::{self, Bandwidth, Chain};
 use crate::model::Profile;
 
@@ -66,68 +66,56 @@ operand's excess.
 /// Saving from which a chain is reported, ns.
 const MIN_SAVING_NS: f64 = 20_000.0;
 
-/// The chains worth reporting (also read by V001, which leaves their kernels to this rule).
-pub(crate) fn chains(ctx: &Context) -> (Vec<Chain>, Option<Bandwidth>) {
-    let Some(f) = ctx.metrics.tensors.as_ref() else {
-        return (Vec::new(), None);
-    };
-    let datasheet = ctx
-        .metrics
-        .device
-        .as_ref()
-        .and_then(|d| d.ceilings.as_ref())
-        .map(|c| c.mem_bw_gbs);
-    let bw = views::reference_bandwidth(f, datasheet);
-    let chains = views::transposed_chains(f, bw, 2)
-        .into_iter()
-        .filter(|c| c.saving_ns() >= MIN_SAVING_NS)
-        .collect();
-    (chains, bw)
+/// The chains worth reporting and the reference bandwidth they were measured against
+/// (also read by V001, which leaves their kernels to this rule).
+pub(crate) struct Chains {
+    pub chains: Vec<Chain>,
+    pub bandwidth: Option<Bandwidth>,
+}
+
+impl Chains {
+    pub(crate) fn of(ctx: &Context) -> Self {
+        let Some(f) = ctx.metrics.tensors.as_ref() else {
+            return Chains {
+                chains: Vec::new(),
+                bandwidth: None,
+            };
+        };
+        let datasheet = ctx
+            .metrics
+            .device
+            .as_ref()
+            .and_then(|d| d.ceilings.as_ref())
+            .map(|c| c.mem_bw_gbs);
+        let bandwidth = views::reference_bandwidth(f, datasheet);
+        let chains = views::transposed_chains(f, bandwidth, 2)
+            .into_iter()
+            .filter(|c| c.saving_ns() >= MIN_SAVING_NS)
+            .collect();
+        Chains { chains, bandwidth }
+    }
 }
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let Some(f) = ctx.metrics.tensors.as_ref() else {
         return Vec::new();
     };
-    let (chains, bw) = chains(ctx);
+    let c = ctx.chains();
     // One finding per chain; no op is in two (see `transposed_chains`).
-    chains
+    c.chains
         .iter()
-        .map(|c| finding(ctx, ctx.profile, f, c, bw))
+        .map(|chain| finding(ctx, ctx.profile, f, chain, c.bandwidth))
         .collect()
-}
-
-/// `f32[8192,8192] transposed [1,8192]`.
-pub(crate) fn describe(t: &TensorNode) -> String {
-    let strides: Vec<String> = t.strides.iter().map(|s| s.to_string()).collect();
-    format!(
-        "#{} {} {} [{}]",
-        t.tensor_id,
-        shape_text(t),
-        t.layout.label(),
-        strides.join(",")
-    )
-}
-
-/// `aten::t at train.py(12): step`.
-pub(crate) fn made_by(t: &TensorNode) -> String {
-    match &t.created_by {
-        Some(c) => match &c.source {
-            Some(s) => format!("{} at {s}", c.name),
-            None => c.name.to_string(),
-        },
-        None => "not recorded".into(),
-    }
 }
 
 fn finding(ctx: &Context, p: &Profile, f: &Forest, c: &Chain, bw: Option<Bandwidth>) -> Finding {
     let v = &f.nodes[c.view as usize];
-    let view = describe(v);
+    let view = v.describe();
     let saving_ms = c.saving_ns() / 1e6;
     let measured = c.ops.iter().all(|o| o.measured);
     let mut evidence = vec![
         ev("view", view.clone()),
-        ev("created by", made_by(v)),
+        ev("created by", v.made_by()),
         ev(
             "ops its layout reached",
             format!(
@@ -148,7 +136,7 @@ fn finding(ctx: &Context, p: &Profile, f: &Forest, c: &Chain, bw: Option<Bandwid
         let strided: Vec<String> = o
             .strided
             .iter()
-            .map(|&t| describe(&f.nodes[t as usize]))
+            .map(|&t| f.nodes[t as usize].describe())
             .collect();
         let line =
             a.op.and_then(|op| p.user_frame(op))
@@ -199,7 +187,7 @@ fn finding(ctx: &Context, p: &Profile, f: &Forest, c: &Chain, bw: Option<Bandwid
         ),
         message: format!(
             "{view}, made by {}, reaches {} elementwise ops; {} of them walk an operand across its strides, {} of kernel time per step; one `.contiguous()` where the chain starts (~{}) saves an estimated {}",
-            made_by(v),
+            v.made_by(),
             c.reached,
             c.ops.len(),
             fmt_ms(c.excess_ns() / 1e6),
