@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Callable
@@ -57,4 +58,7 @@ def run(step: Callable[[int], None], steps: int, name: str, fixed: bool) -> None
         times = [(b - a) * 1e3 for a, b in zip(marks, marks[1:])]  # type: ignore[operator]
     tail = sorted(times[len(times) // 2 :])
     median = tail[len(tail) // 2] if tail else 0.0
-    print(json.dumps({"workload": name, "fixed": fixed, "steps": steps, "median_step_ms": round(median, 4)}), file=sys.stderr)
+    out = {"workload": name, "fixed": fixed, "steps": steps, "median_step_ms": round(median, 4)}
+    if os.environ.get("WORKLOAD_ALL_TIMES") == "1":
+        out["step_ms"] = [round(t, 3) for t in times]
+    print(json.dumps(out), file=sys.stderr)

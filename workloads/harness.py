@@ -206,6 +206,12 @@ def markdown(rows: list[dict[str, Any]], ctx: dict[str, Any], s: dict[str, Any],
         "real_gpt's `--fixed` runs the same program: its two step times show the run-to-run spread of a real "
         "model with a DataLoader; estimated ms is its primary finding's saving.",
         "",
+        "device_ping_pong's own step time is bimodal: alone, one 20-step run went 8 ms for steps 6-11 and "
+        "18-19 ms for steps 12-20 (`bash scripts/h200/overhead.sh`, 2026-11-29), and its steps under "
+        "`tensight run` were 14-21 ms with or without the speculative profile or CUPTI teardown, so its "
+        "miss is the workload's spread between the timing run and the bundle's run, not tensight's "
+        "overhead.",
+        "",
         "| workload | expected | primary | fired | unfixed ms | fixed ms | estimated ms | measured ms | ±35% | ok |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -905,15 +905,24 @@ class HardwareCollector(Collector):
     """``tensight run --hardware``'s second run, under Nsight Compute: no profiler; step
     K (``TENSIGHT_HARDWARE_STEP``, counted as the window counts: step K runs between
     boundaries K-1 and K) is wrapped in the NVTX start/end range ``tensight_step`` that
-    ncu's ``--nvtx-include tensight_step`` selects (process-wide: every thread's kernels). Writes only ``ncu_range.json`` (whether the
-    range closed) into the bundle, never the manifest or a trace."""
+    ncu's ``--nvtx-include tensight_step`` selects (process-wide: every thread's
+    kernels). With ``repeats`` (``TENSIGHT_HARDWARE_REPEATS=skip``) op calls that repeat
+    an earlier one of the step are marked for ncu to skip (:mod:`tensight.repeats`).
+    Writes only ``ncu_range.json`` (whether the range closed, how many op calls were
+    marked) into the bundle, never the manifest or a trace."""
 
     RANGE = "tensight_step"
 
-    def __init__(self, bundle: str | os.PathLike[str], step: int, *, stop: bool) -> None:
+    def __init__(self, bundle: str | os.PathLike[str], step: int, *, stop: bool,
+                 repeats: bool = False) -> None:
         super().__init__(bundle, steps=1, warmup=0, stop=stop, auto=True, speculate=False)
         self.hw_step = max(1, int(step))
         self.range = "none"  # -> open -> closed
+        self.repeats = repeats
+        self._marker: Any = None
+        self.op_calls: int | None = None
+        self.op_repeats: int | None = None
+        self.repeats_note: str | None = None
 
     def install(self) -> None:
         global _active
@@ -933,13 +942,40 @@ class HardwareCollector(Collector):
 
     def _push(self) -> None:
         _sync()
+        self._mark_repeats()
         _nvtx(self.RANGE)
         self.range = "open"
 
+    def _close(self) -> None:
+        _sync()  # the step's kernels ran inside the range
+        _nvtx(None)
+        marker, self._marker = self._marker, None
+        if marker is not None:
+            try:
+                marker.__exit__(None, None, None)
+            except Exception as e:  # noqa: BLE001 - never break the program
+                say(f"hardware pass: {type(e).__name__} leaving the repeat marker: {e}")
+            self.op_calls, self.op_repeats = marker.calls, marker.repeats
+
+    def _mark_repeats(self) -> None:
+        if not self.repeats:
+            return
+        from tensight import repeats
+
+        if repeats.compiled_code_ran():
+            self.repeats_note = "torch.compile ran: every launch profiled"
+            return
+        try:
+            marker = repeats.RepeatMarker()
+            marker.__enter__()
+            self._marker = marker
+        except Exception as e:  # noqa: BLE001
+            self.repeats_note = f"no repeat marker ({type(e).__name__}: {e})"
+
     def _switch_to_optimizer(self) -> None:
         if self.mode == "forward" and self.range == "open":  # forward steps were wrong
-            _sync()
-            _nvtx(None)
+            self._close()
+            self.op_calls = self.op_repeats = None
             self.range = "none"
         super()._switch_to_optimizer()
         if self.hw_step == 1 and self.range == "none":
@@ -948,13 +984,17 @@ class HardwareCollector(Collector):
     def _boundary(self) -> None:
         self.count += 1
         if self.range == "open" and self.count >= self.hw_step:
-            _sync()  # the step's kernels ran inside the range
-            _nvtx(None)
+            self._close()
             self.range = "closed"
             self.state = "done"
             self.remove_hooks()
             self.finish("completed", 0, None)
-            say(f"hardware pass: {self.mode} step {self.count} wrapped in NVTX range {self.RANGE}")
+            marked = (f"; {self.op_repeats} of {self.op_calls} op calls repeat an earlier one"
+                      " (marked for ncu to skip)" if self.op_calls is not None else "")
+            say(f"hardware pass: {self.mode} step {self.count} wrapped in NVTX range "
+                f"{self.RANGE}{marked}")
+            if self.repeats_note:
+                say(f"hardware pass: {self.repeats_note}")
             if self.stop:
                 say("stopping the program (--stop)")
                 if threading.current_thread() is threading.main_thread():
@@ -980,7 +1020,9 @@ class HardwareCollector(Collector):
         try:
             data = json.dumps({"step": self.hw_step, "range": self.range,
                                "detection": self.mode, "steps_seen": self.count,
-                               "program": status})
+                               "program": status, "op_calls": self.op_calls,
+                               "op_repeats": self.op_repeats,
+                               "repeats_note": self.repeats_note})
             tmp = self.bundle / "ncu_range.json.tmp"
             tmp.write_text(data + "\n", encoding="utf-8")
             os.replace(tmp, self.bundle / "ncu_range.json")
@@ -1033,7 +1075,9 @@ def install_from_env() -> Collector:
         hw = HardwareCollector(os.environ["TENSIGHT_BUNDLE"],
                                step=_env_int("TENSIGHT_HARDWARE_STEP",
                                              max(1, _env_int("TENSIGHT_WARMUP", 3, 0)) + 1, 1),
-                               stop=os.environ.get("TENSIGHT_STOP", "0") == "1")
+                               stop=os.environ.get("TENSIGHT_STOP", "0") == "1",
+                               repeats=_env_choice("TENSIGHT_HARDWARE_REPEATS", "profile",
+                                                   ("profile", "skip")) == "skip")
         hw.install()
         hw.install_exit_handlers()
         return hw
@@ -1043,7 +1087,7 @@ def install_from_env() -> Collector:
         warmup=_env_int("TENSIGHT_WARMUP", 3, 0),
         stop=os.environ.get("TENSIGHT_STOP", "0") == "1",
         auto=True,
-        speculate=True,
+        speculate=os.environ.get("TENSIGHT_SPECULATE", "1") != "0",
         light_start=True,
         et_extra=_env_choice("TENSIGHT_ET", "step", ("window", "step")) == "step",
     )

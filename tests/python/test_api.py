@@ -13,7 +13,7 @@ from helpers import PROBE_TRACE, REAL, analyze_json, assert_primary_is_largest_s
 TOP_KEYS = {
     "schema_version", "tensight_version", "input", "trace", "device", "distributed",
     "summary", "steps", "kernels", "top_ops_gpu", "top_ops_cpu", "syncs", "compute",
-    "roofline", "diagnosis", "import", "bundle", "execution_trace", "tensors",
+    "roofline", "diagnosis", "import", "bundle", "execution_trace", "tensors", "hardware",
 }
 SUMMARY_KEYS = {
     "steps", "step_source", "step_time_ms", "step_time_median_ms", "total_time_ms",
@@ -36,7 +36,7 @@ def test_analyze_returns_the_documented_dict() -> None:
     r = tensight.analyze(PROBE_TRACE)
     assert set(r) == TOP_KEYS
     assert set(r["summary"]) == SUMMARY_KEYS
-    assert r["schema_version"] == "1.4"
+    assert r["schema_version"] == "1.5"
     assert r["tensight_version"] == tensight.__version__
     assert r["input"] == str(PROBE_TRACE)
     assert r["device"]["name"] == "NVIDIA H200"

@@ -65,7 +65,8 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     pairs = {opts[i]: opts[i + 1] for i in range(len(opts) - 1)}
     assert pairs["--clock-control"] == "none"
     assert pairs["--nvtx-include"] == "tensight_step" and "--nvtx" in opts
-    assert "--filter-mode" not in opts and "--launch-count" not in opts  # every launch
+    assert "--filter-mode" not in opts and "--launch-count" not in opts
+    assert pairs["--nvtx-exclude"] == "tensight_repeat/"  # op calls marked as repeats
     assert pairs["--page"] == "raw" and "--csv" in opts
     assert set(ENGINE_METRICS) <= set(pairs["--metrics"].split(","))
     assert pairs["--log-file"] == str((bundle / "ncu.csv").resolve())
@@ -74,6 +75,7 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     assert os.path.basename(target[0]) == "env"
     assigned = dict(a.split("=", 1) for a in target[1:] if "=" in a and not a.startswith("/"))
     assert assigned["TENSIGHT_HARDWARE"] == "1" and "TENSIGHT_BUNDLE" in assigned and "PYTHONPATH" in assigned
+    assert assigned["TENSIGHT_HARDWARE_REPEATS"] == "skip"
     assert target[-3:] == [sys.executable, str(PROGRAMS / "train_cpu.py"), "40"]
     m = manifest(bundle)
     hw = m["hardware"]
@@ -81,6 +83,8 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     assert hw["step"] == 2 and hw["kernels"] == 4, hw  # W=1: the step after the warm-up
     assert hw["ncu_version"] == "Version 2099.1.0.0 (fake)"
     assert isinstance(hw["wall_s"], float)
+    assert hw["launches"] == "repeated op calls skipped", hw
+    assert 0 < hw["op_repeats"] < hw["op_calls"], hw
     assert m["files"]["ncu"] == "ncu.csv.gz" and m["options"]["hardware"] is True
     assert m["files"]["trace"] == "trace.json.gz"  # the first run's bundle is intact
     assert (bundle / "ncu.csv.gz").is_file() and not (bundle / "ncu.csv").exists()
@@ -89,6 +93,22 @@ def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     assert "train: start" in log and "train: done" not in log, log  # --stop after step 2
     assert "optimizer step 2 wrapped in NVTX range tensight_step" in log, log
     assert "tensight: hardware: recorded for step 2 (4 kernels" in r.stderr, r.stderr
+    assert (f"{hw['op_repeats']} of {hw['op_calls']} op calls repeated an earlier one and were "
+            "not profiled") in r.stderr, r.stderr
+
+
+def test_every_launch_profiles_repeats_too(tmp_path: Path) -> None:
+    args_file = tmp_path / "ncu_args.json"
+    r, bundle = tensight_run(tmp_path, "--hardware", "--hardware-every-launch", "--stop",
+                             iterations=8,
+                             env={"TENSIGHT_NCU": str(FAKE_NCU), "FAKE_NCU_ARGS": str(args_file)})
+    assert r.returncode == 0, r.stderr
+    argv: list[str] = json.loads(args_file.read_text(encoding="utf-8"))
+    assert "--nvtx-exclude" not in argv[:argv.index("--")]
+    assert "TENSIGHT_HARDWARE_REPEATS=profile" in argv[argv.index("--"):]
+    hw = manifest(bundle)["hardware"]
+    assert hw["status"] == "recorded" and hw["launches"] == "every", hw
+    assert hw["op_calls"] is None and hw["op_repeats"] is None, hw
 
 
 def test_missing_ncu_is_a_note_and_the_run_succeeds(tmp_path: Path) -> None:
@@ -137,4 +157,25 @@ def test_the_collector_wraps_step_k_in_an_nvtx_range(tmp_path: Path) -> None:
     assert sorted(p.name for p in bundle.iterdir()) == ["ncu_range.json"]  # no profile
     mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
     assert mark == {"step": 4, "range": "closed", "detection": "optimizer", "steps_seen": 4,
-                    "program": "completed"}
+                    "program": "completed", "op_calls": None, "op_repeats": None,
+                    "repeats_note": None}
+    assert not [ln for ln in nvtx if ln.startswith("nvtx push")]
+
+
+def test_repeated_op_calls_of_step_k_are_marked(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    r = collected(bundle, "nvtx_probe.py", "10", stop=True,
+                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4",
+                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    assert r.returncode == 0, r.stderr
+    nvtx = [ln for ln in r.stderr.splitlines() if ln.startswith("nvtx ")]
+    mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
+    # The second Linear(8, 8) + ReLU repeat the first's calls, forward and backward.
+    pushes = [ln for ln in nvtx if ln.startswith("nvtx push")]
+    assert mark["op_repeats"] == len(pushes) and mark["op_repeats"] >= 4, (mark, nvtx)
+    assert mark["op_calls"] > mark["op_repeats"], mark
+    # Only inside step 4's range, each push popped.
+    assert set(pushes) == {"nvtx push tensight_repeat at 4"}, nvtx
+    assert nvtx.count("nvtx pop at 4") == len(pushes), nvtx
+    assert nvtx[0] == "nvtx start tensight_step at 3" and nvtx[-1] == "nvtx end 7 at 4", nvtx
+    assert f"{mark['op_repeats']} of {mark['op_calls']} op calls repeat an earlier one" in r.stderr

@@ -132,7 +132,19 @@ def test_hardware_pass_covers_the_backward_pass_and_the_fixed_chain_is_quiet() -
     fixed = report(bundles / "h200-transposed-chain-fixed")
     codes = {f["code"] for f in fixed["diagnosis"]["bottlenecks"]}
     assert not codes & {"V002", "V003"}, codes
-    # What remains is the one transposing copy the fix makes: V001 names that copy.
+    # What remains is the one transposing copy the fix makes: V001 names that copy and
+    # says it is the materialization (no "materialize it once" advice).
     for f in fixed["diagnosis"]["bottlenecks"]:
         if f["code"] == "V001":
             assert "aten::copy_" in f["message"], f
+            assert f["title"].startswith("A copy materializes a transposed view"), f
+            assert "already the materializing copy (`aten::contiguous`)" in f["fixes"][0], f
+    # Recorded with repeated op calls skipped (the default): the one repeat's kernel
+    # takes the counters of its first launch; every traced kernel has counters.
+    fm = json.loads((bundles / "h200-transposed-chain-fixed" / "manifest.json").read_text())
+    assert fm["hardware"]["launches"] == "repeated op calls skipped", fm["hardware"]
+    assert (fm["hardware"]["op_repeats"], fm["hardware"]["kernels"]) == (1, 12), fm["hardware"]
+    h = fixed["hardware"]
+    assert (h["rows"], h["step_kernels"], h["rows_matched"]) == (12, 13, 12), h
+    assert h["kernels_with_counters"] == h["trace_kernels"] == 52, h
+    assert h["by_signature_other_shapes"] == 0, h

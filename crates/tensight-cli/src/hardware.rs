@@ -5,17 +5,20 @@
 //! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- env K=V... CMD...` with
 //! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no profile
 //! and instead wraps step K in the process-wide NVTX start/end range `tensight_step`
-//! (every thread's kernels, the backward pass's included). `--hardware-once` adds
-//! `--filter-mode per-launch-config --launch-count 1` (each grid/block/shared-memory
-//! configuration once; the reader gives a row's counters to the launches of its
-//! signature, but a kernel launched like an earlier one gets none). The collector then
-//! stops the
-//! program if `--stop`), and writes `ncu_range.json` saying whether the range closed.
+//! (every thread's kernels, the backward pass's included). Unless
+//! `--hardware-every-launch`, `TENSIGHT_HARDWARE_REPEATS=skip` has the collector wrap
+//! each op call that repeats an earlier one of the step in the push/pop range
+//! `tensight_repeat`, which `--nvtx-exclude tensight_repeat/` skips (python
+//! `tensight/repeats.py`); the reader gives those launches the counters of their
+//! signature's profiled launch. After the step the collector stops the program (if
+//! `--stop`) and writes `ncu_range.json`: whether the range closed, how many op calls
+//! it marked.
 //! ncu writes its CSV (and its `==PROF==` lines, which the reader skips) to the
 //! `--log-file`; the program's own stdout and stderr (and any ncu message that misses
 //! the log file) go to `ncu.log`, so nothing corrupts the CSV. The CSV is gzipped to
 //! `ncu.csv.gz`; the manifest gets `files.ncu` and `hardware` (status `recorded`,
-//! `skipped` or `failed`, reason, step, ncu_version, wall_s), replaced atomically.
+//! `skipped` or `failed`, reason, step, launches, op_calls, op_repeats, ncu_version,
+//! wall_s), replaced atomically.
 //! Never fatal: a missing ncu is a note, a failure a warning, and the run goes on.
 
 use std::ffi::OsString;
@@ -53,6 +56,8 @@ pub(crate) const METRICS: &[&str] = &[
 
 /// The NVTX range the collector pushes around the chosen step.
 pub(crate) const RANGE: &str = "tensight_step";
+/// The push/pop NVTX range around op calls that repeat an earlier one (not profiled).
+pub(crate) const REPEAT_RANGE: &str = "tensight_repeat";
 const CSV: &str = "ncu.csv";
 const CSV_GZ: &str = "ncu.csv.gz";
 const LOG: &str = "ncu.log";
@@ -65,7 +70,7 @@ pub(crate) struct Pass<'a> {
     /// The environment of the first run (PYTHONPATH, TENSIGHT_*).
     pub env: Vec<(&'static str, OsString)>,
     pub step: u64,
-    /// Profile every launch, not each launch configuration once.
+    /// Profile every launch, repeated op calls too.
     pub every_launch: bool,
 }
 
@@ -76,6 +81,16 @@ struct Outcome {
     kernels: Option<usize>,
     signatures: Option<usize>,
     version: Option<String>,
+    /// What the collector counted in the step: op calls, and those marked as repeats.
+    marks: Marks,
+}
+
+/// The collector's counts from `ncu_range.json`.
+#[derive(Default, Clone)]
+struct Marks {
+    op_calls: Option<u64>,
+    op_repeats: Option<u64>,
+    note: Option<String>,
 }
 
 impl Outcome {
@@ -86,6 +101,7 @@ impl Outcome {
             kernels: None,
             signatures: None,
             version: None,
+            marks: Marks::default(),
         }
     }
 }
@@ -130,10 +146,9 @@ pub(crate) fn ncu_args(csv: &Path, every_launch: bool) -> Vec<OsString> {
     // the backward kernels, launched from autograd's threads, would be left out).
     a.push(RANGE.into());
     if !every_launch {
-        // Each launch configuration (grid, block, shared memory; not the kernel) once.
-        for x in ["--filter-mode", "per-launch-config", "--launch-count", "1"] {
-            a.push(x.into());
-        }
+        // Kernels of op calls the collector marked as repeats (trailing `/`: push/pop).
+        a.push("--nvtx-exclude".into());
+        a.push(format!("{REPEAT_RANGE}/").into());
     }
     for x in ["--csv", "--page", "raw", "--metrics"] {
         a.push(x.into());
@@ -177,6 +192,7 @@ pub(crate) fn run(pass: &Pass) {
             kernels: None,
             signatures: None,
             version: None,
+            marks: Marks::default(),
         },
         Some(ncu) => profile(pass, &ncu),
     };
@@ -187,18 +203,23 @@ pub(crate) fn run(pass: &Pass) {
         _ => {
             let k = outcome.kernels.unwrap_or(0);
             let s = outcome.signatures.unwrap_or(k);
-            let once = if pass.every_launch && s > 0 && s < k {
-                format!(
-                    "; {s} distinct signatures: profiling each once would take ~{:.0}% of that",
-                    100.0 * s as f64 / k as f64
-                )
-            } else if !pass.every_launch {
-                "; each launch configuration once: kernels launched like an earlier one have no counters".into()
-            } else {
-                String::new()
+            let saved = match (&outcome.marks, pass.every_launch) {
+                (m, false) if m.op_repeats.is_some() => format!(
+                    "; {} of {} op calls repeated an earlier one and were not profiled",
+                    m.op_repeats.unwrap_or(0),
+                    m.op_calls.unwrap_or(0)
+                ),
+                (m, false) => format!(
+                    "; every launch profiled: {}",
+                    m.note.as_deref().unwrap_or("no op calls were marked")
+                ),
+                _ if s > 0 && s < k => format!(
+                    "; {s} distinct signatures: without --hardware-every-launch repeats are skipped"
+                ),
+                _ => String::new(),
             };
             eprintln!(
-                "tensight: hardware: recorded for step {} ({k} kernel{} in {wall:.0} s{once})",
+                "tensight: hardware: recorded for step {} ({k} kernel{} in {wall:.0} s{saved})",
                 pass.step,
                 if k == 1 { "" } else { "s" }
             );
@@ -225,6 +246,8 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     let mut env: Vec<(&str, OsString)> = pass.env.iter().map(|(k, v)| (*k, v.clone())).collect();
     env.push(("TENSIGHT_HARDWARE", "1".into()));
     env.push(("TENSIGHT_HARDWARE_STEP", pass.step.to_string().into()));
+    let repeats = if pass.every_launch { "profile" } else { "skip" };
+    env.push(("TENSIGHT_HARDWARE_REPEATS", repeats.into()));
     let mut cmd = Command::new(ncu);
     cmd.args(ncu_args(&csv, pass.every_launch))
         .arg("--")
@@ -261,9 +284,10 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     }
     let range = range_note(&mark, pass.step);
     let _ = std::fs::remove_file(&mark);
-    if let Err(why) = range {
-        return failed(why);
-    }
+    let marks = match range {
+        Ok(m) => m,
+        Err(why) => return failed(why),
+    };
     if !status.success() {
         let how = status
             .code()
@@ -296,6 +320,7 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
         kernels: Some(hw.kernels.len()),
         signatures: Some(hw.signatures),
         version,
+        marks,
     }
 }
 
@@ -331,8 +356,8 @@ fn ncu_error(text: &str) -> Option<String> {
     Some(format!("ncu: {msg} (see {LOG} in the bundle)"))
 }
 
-/// What the collector wrote about the range: Ok when step K's range closed.
-fn range_note(mark: &Path, step: u64) -> Result<(), String> {
+/// What the collector wrote about the range: its counts when step K's range closed.
+fn range_note(mark: &Path, step: u64) -> Result<Marks, String> {
     let Ok(bytes) = std::fs::read(mark) else {
         return Err(format!(
             "the collector did not run under ncu (no {MARK}): was the program a Python program that imports torch?"
@@ -341,7 +366,14 @@ fn range_note(mark: &Path, step: u64) -> Result<(), String> {
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| format!("unreadable {MARK}: {e}"))?;
     if v.get("range").and_then(|r| r.as_str()) == Some("closed") {
-        return Ok(());
+        return Ok(Marks {
+            op_calls: v.get("op_calls").and_then(|x| x.as_u64()),
+            op_repeats: v.get("op_repeats").and_then(|x| x.as_u64()),
+            note: v
+                .get("repeats_note")
+                .and_then(|x| x.as_str())
+                .map(str::to_string),
+        });
     }
     let seen = v.get("steps_seen").and_then(|s| s.as_u64()).unwrap_or(0);
     let mode = v.get("detection").and_then(|s| s.as_str()).unwrap_or("no");
@@ -376,7 +408,13 @@ fn update_manifest(pass: &Pass, o: &Outcome, wall: f64) -> Result<(), String> {
             "step": pass.step,
             "kernels": o.kernels,
             "signatures": o.signatures,
-            "launches": if pass.every_launch { "every" } else { "once per launch configuration" },
+            "launches": if pass.every_launch || o.marks.op_repeats.is_none() {
+                "every"
+            } else {
+                "repeated op calls skipped"
+            },
+            "op_calls": o.marks.op_calls,
+            "op_repeats": o.marks.op_repeats,
             "ncu_version": o.version,
             "wall_s": (wall * 10.0).round() / 10.0,
         }),

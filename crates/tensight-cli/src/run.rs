@@ -81,13 +81,12 @@ struct RecordArgs {
     #[arg(long, value_name = "K", requires = "hardware",
           value_parser = clap::value_parser!(u64).range(1..))]
     hardware_step: Option<u64>,
-    /// Profile the first launch of each launch configuration only (ncu --filter-mode
-    /// per-launch-config --launch-count 1): much faster (one ResNet-50 training step on
-    /// an H200: 65 s instead of 270 s), but ncu's launch configuration is grid, block and
-    /// shared memory, not the kernel: a kernel launched like an earlier one gets no
-    /// counters (that step: 140 of 160 kernel signatures profiled).
+    /// Profile every kernel launch of the step. By default an op call that repeats an
+    /// earlier one of the step (same op, operand shapes, strides, dtypes, alignment) is
+    /// skipped and its kernels take the counters of the first (kernels outside aten ops,
+    /// such as torch.compile's, are always profiled).
     #[arg(long, requires = "hardware")]
-    hardware_once: bool,
+    hardware_every_launch: bool,
 }
 
 /// `tensight run`.
@@ -243,7 +242,7 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
             command: &command,
             env,
             step,
-            every_launch: !r.hardware_once,
+            every_launch: r.hardware_every_launch,
         });
     }
 

@@ -35,7 +35,9 @@ torch.cuda.nvtx.range_push = push
 torch.cuda.nvtx.range_pop = pop
 torch.cuda.nvtx.range_start = start
 torch.cuda.nvtx.range_end = end
-model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+# Two identical layers: the second repeats the first's op calls (the hardware pass
+# marks such repeats for ncu to skip).
+model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 for i in range(1, iterations + 1):
     current = i

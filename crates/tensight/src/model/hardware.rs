@@ -123,6 +123,13 @@ pub struct Alignment {
     /// Trace kernels (any step) given a row's counters through a shared signature
     /// (same name, grid and block) rather than their own profiled launch.
     pub applied_by_signature: usize,
+    /// Of those, the kernels whose launching op's name and input shapes no row's op had:
+    /// counters of the same kernel, grid and block doing other work (an approximation).
+    pub applied_other_shapes: usize,
+    /// Kernels in the whole trace.
+    pub all_trace_kernels: usize,
+    /// Kernels in the whole trace with counters (own launch or same signature).
+    pub with_counters: usize,
 }
 
 /// The hardware pass: per-kernel counters and how they map onto the trace.
@@ -154,20 +161,32 @@ impl Hardware {
     }
 }
 
+/// A kernel's name with the parts ncu and Kineto print differently made alike: no
+/// leading `void`, and an anonymous namespace is `anon` whether Kineto wrote
+/// `(anonymous namespace)` or ncu `<unnamed>` (ncu also drops that `<` at times:
+/// `unnamed>::multi_tensor_apply_kernel<unnamed>::TensorListMetadata<2>, ...`, where the
+/// second `<` is the template's own).
+fn normalized(name: &str) -> String {
+    let s = name.trim();
+    let s = s.strip_prefix("void ").unwrap_or(s);
+    let s = s
+        .replace("(anonymous namespace)", "anon")
+        .replace("::<unnamed>", "::anon")
+        .replace(" <unnamed>", " anon");
+    let s = match s.strip_prefix("<unnamed>") {
+        Some(rest) => format!("anon{rest}"),
+        None => s,
+    };
+    s.replace("unnamed>", "anon")
+}
+
 /// A kernel's name reduced to what both ncu and Kineto agree on: the function's base
 /// name (no `void`, namespaces, template arguments or parameters). ncu may print
 /// `vectorized_elementwise_kernel<4, ...>(int, T2, T3)` where Kineto prints
 /// `void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`; grid and block
 /// tell launches of one base name apart.
 pub fn kernel_key(name: &str) -> String {
-    let mut s = name.trim();
-    if let Some(r) = s.strip_prefix("void ") {
-        s = r;
-    }
-    let cleaned = s
-        .replace("(anonymous namespace)", "anon")
-        .replace("<unnamed>", "anon")
-        .replace("unnamed>", "anon");
+    let cleaned = normalized(name);
     let end = cleaned.find(['<', '(']).unwrap_or(cleaned.len());
     let head = &cleaned[..end];
     let base = head.rsplit("::").next().unwrap_or(head).trim();
@@ -176,39 +195,34 @@ pub fn kernel_key(name: &str) -> String {
 
 /// What tells apart kernels that share a [`kernel_key`] (`elementwise_kernel` runs add,
 /// mul, copy...): the first two identifiers of its template arguments, without namespace
-/// qualifiers, keywords, primitive types and template placeholders (`T1`). The same in
-/// ncu's and Kineto's demanglings; empty for names without template arguments.
+/// qualifiers, keywords, primitive types, booleans (ncu prints `1` where Kineto prints
+/// `true`), casts (Kineto's `(cudnnKernelDataType_t)2` is ncu's `2`) and template
+/// placeholders (`T1`). The same in ncu's and Kineto's demanglings; empty for names
+/// without template arguments. Only the template argument list is read, never the
+/// parameters (ncu prints them with placeholders).
 pub fn kernel_detail(name: &str) -> String {
     const SKIP: &[&str] = &[
-        "void",
-        "const",
-        "unsigned",
-        "signed",
-        "int",
-        "long",
-        "short",
-        "char",
-        "float",
-        "double",
-        "bool",
-        "half",
-        "lambda",
-        "instance",
-        "auto",
-        "struct",
-        "class",
-        "anonymous",
-        "namespace",
-        "unnamed",
+        "void", "const", "unsigned", "signed", "int", "long", "short", "char", "float", "double",
+        "bool", "half", "lambda", "instance", "auto", "struct", "class", "anon", "true", "false",
     ];
-    let Some(start) = name.find('<') else {
+    let name = normalized(name);
+    let Some(start) = name
+        .find(['<', '('])
+        .filter(|&i| name.as_bytes()[i] == b'<')
+    else {
         return String::new();
     };
     let b = &name.as_bytes()[start + 1..];
     let mut out: Vec<&str> = Vec::new();
-    let mut i = 0;
+    let (mut i, mut depth) = (0, 0usize);
     while i < b.len() && out.len() < 2 {
         let c = b[i];
+        match c {
+            b'<' | b'(' | b'[' => depth += 1,
+            b'>' | b')' | b']' if depth == 0 => break,
+            b'>' | b')' | b']' => depth -= 1,
+            _ => {}
+        }
         if c.is_ascii_alphabetic() || c == b'_' || c.is_ascii_digit() {
             let j = i + b[i..]
                 .iter()
@@ -216,10 +230,11 @@ pub fn kernel_detail(name: &str) -> String {
                 .count();
             let word = &name[start + 1 + i..start + 1 + j];
             let qualifier = b[j..].starts_with(b"::");
+            let cast = b.get(j) == Some(&b')');
             let placeholder = word.len() > 1
                 && word.starts_with('T')
                 && word[1..].bytes().all(|c| c.is_ascii_digit());
-            if !(c.is_ascii_digit() || qualifier || placeholder || SKIP.contains(&word)) {
+            if !(c.is_ascii_digit() || qualifier || cast || placeholder || SKIP.contains(&word)) {
                 out.push(word);
             }
             i = j;
@@ -253,6 +268,22 @@ mod tests {
             kernel_detail("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"),
             ""
         );
+    }
+
+    #[test]
+    fn anonymous_namespaces_keep_the_kernel_name() {
+        // As ncu 2025.3 and Kineto (torch 2.11) wrote the foreach optimizer's kernel.
+        let ncu = "void unnamed>::multi_tensor_apply_kernel<unnamed>::TensorListMetadata<2>, unnamed>::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(T1, T2, T3...)";
+        let kineto = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)";
+        assert_eq!(kernel_key(ncu), "multi_tensor_apply_kernel");
+        assert_eq!(kernel_key(kineto), "multi_tensor_apply_kernel");
+        assert_eq!(kernel_detail(ncu), kernel_detail(kineto));
+        assert_eq!(
+            kernel_key("<unnamed>::fill_kernel<float>(float*)"),
+            "fill_kernel"
+        );
+        let clamp = "void vectorized_elementwise_kernel<4, unnamed>::launch_clamp_scalar(TensorIteratorBase &, Scalar, Scalar, detail::ClampLimits)::[lambda() (instance 1)]::operator ()() const::[lambda() (instance 4)]::operator ()() const::[lambda(float) (instance 1)], std::array<char *, 2>>(int, T2, T3)";
+        assert_eq!(kernel_key(clamp), "vectorized_elementwise_kernel");
     }
 
     #[test]

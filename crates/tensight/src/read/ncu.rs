@@ -11,7 +11,8 @@
 //! steps) by the longest common subsequence over signatures (name key, grid, block;
 //! names reduced by [`kernel_key`] because ncu and Kineto demangle differently). Every
 //! other trace kernel with a signature that was profiled gets that row's counters
-//! ([`Hardware::by_gpu`]): a signature needs profiling only once.
+//! ([`Hardware::by_gpu`]), from a row whose op had the same input shapes where there is
+//! one: a signature needs profiling only once per op call shape.
 
 use crate::error::{Error, Result};
 use crate::model::hardware::{kernel_key, Alignment, Hardware, HwKernel};
@@ -343,24 +344,42 @@ pub fn attach(p: &mut Profile, mut hw: Hardware) {
         al.method = "no kernels in the trace to align with".into();
     }
     al.unmatched_rows = hw.kernels.len() - al.matched;
-    // Trace kernels of other steps take the counters of the first row with their
-    // signature; the template detail keeps add and mul (one `elementwise_kernel` key)
-    // apart.
+    // Trace kernels without their own row (other steps; launches the pass skipped) take
+    // the counters of a row with their signature (the template detail keeps add and mul,
+    // one `elementwise_kernel` key, apart): preferably one whose launching op had the
+    // same name and input shapes (the same work), else the first.
+    let detail = |name: &str| crate::model::hardware::kernel_detail(name);
+    let call_of = |i: usize| -> Option<(&str, &str)> {
+        let op = p.ops.get(p.gpu[i].op? as usize)?;
+        Some((&op.name, op.input_dims.as_deref().unwrap_or("")))
+    };
     let mut first: HashMap<(&Sig, String), u32> = HashMap::new();
+    let mut same_call: HashMap<(&Sig, String, (&str, &str)), u32> = HashMap::new();
     for (r, s) in row_sigs.iter().enumerate() {
-        let d = crate::model::hardware::kernel_detail(&hw.kernels[r].name);
+        let d = detail(&hw.kernels[r].name);
+        if let Some(call) = hw.kernels[r].gpu.and_then(|g| call_of(g as usize)) {
+            same_call.entry((s, d.clone(), call)).or_insert(r as u32);
+        }
         first.entry((s, d)).or_insert(r as u32);
     }
     for (i, s) in trace_sigs.iter().enumerate() {
+        let Some(s) = s.as_ref() else { continue };
         if by_gpu[i].is_some() {
             continue;
         }
-        let d = crate::model::hardware::kernel_detail(&p.gpu[i].name);
-        if let Some(r) = s.as_ref().and_then(|s| first.get(&(s, d))) {
+        let d = detail(&p.gpu[i].name);
+        let exact = call_of(i).and_then(|c| same_call.get(&(s, d.clone(), c)));
+        if let Some(r) = exact {
             by_gpu[i] = Some(*r);
             al.applied_by_signature += 1;
+        } else if let Some(r) = first.get(&(s, d)) {
+            by_gpu[i] = Some(*r);
+            al.applied_by_signature += 1;
+            al.applied_other_shapes += 1;
         }
     }
+    al.all_trace_kernels = trace_sigs.iter().filter(|s| s.is_some()).count();
+    al.with_counters = by_gpu.iter().filter(|r| r.is_some()).count();
     hw.by_gpu = by_gpu;
     hw.alignment = al;
     p.hardware = Some(hw);
@@ -485,5 +504,94 @@ mod bundle_tests {
         assert!(a.step.is_some(), "{a:?}");
         assert!(a.matched >= 250, "{a:?}");
         assert_eq!(a.matched + a.unmatched_rows, 304);
+    }
+}
+
+/// The two ResNet-50 hardware passes (H200, `tensight bench --model resnet50
+/// --batch-size 32 --hardware`, one step): every launch (725 rows) and repeated op calls
+/// skipped (276 rows), each aligned with the recorded ResNet-50 bundle (another run).
+#[cfg(test)]
+mod resnet_passes {
+    use super::*;
+    use crate::model::hardware::kernel_detail;
+
+    fn attached(csv: &str) -> Profile {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/bundles");
+        let mut loaded = crate::read::load(&root.join("h200-resnet50")).expect("bundle loads");
+        let hw = read_file(&root.join(csv)).expect("ncu CSV reads");
+        attach(&mut loaded.profile, hw);
+        loaded.profile
+    }
+
+    #[test]
+    fn names_agree_across_demanglings_for_every_aligned_kernel() {
+        let p = attached("h200-resnet50-hardware/ncu.csv.gz");
+        let hw = p.hardware.as_ref().expect("attached");
+        let mut pairs = 0;
+        for k in &hw.kernels {
+            let Some(g) = k.gpu else { continue };
+            let trace = &p.gpu[g as usize].name;
+            // cuDNN's templates, booleans, casts and anonymous namespaces included.
+            assert_eq!(
+                kernel_key(&k.name),
+                kernel_key(trace),
+                "{} | {trace}",
+                k.name
+            );
+            assert_eq!(
+                kernel_detail(&k.name),
+                kernel_detail(trace),
+                "{} | {trace}",
+                k.name
+            );
+            pairs += 1;
+        }
+        assert_eq!(pairs, 724);
+        let a = &hw.alignment;
+        // 5 steps of 725 kernels; the one cutlass kernel whose grid differs between the
+        // two runs (cuDNN chose it per process) has none, in each step.
+        assert_eq!(
+            (a.all_trace_kernels, a.with_counters),
+            (3625, 3620),
+            "{a:?}"
+        );
+        assert_eq!(a.applied_other_shapes, 0, "{a:?}");
+    }
+
+    #[test]
+    fn skipping_repeated_op_calls_keeps_every_kernels_counters() {
+        let every = attached("h200-resnet50-hardware/ncu.csv.gz");
+        let skip = attached("h200-resnet50-hardware-repeats/ncu.csv.gz");
+        let (he, hs) = (
+            every.hardware.as_ref().unwrap(),
+            skip.hardware.as_ref().unwrap(),
+        );
+        assert_eq!((hs.kernels.len(), hs.signatures), (276, 160));
+        assert_eq!(he.signatures, hs.signatures);
+        let a = &hs.alignment;
+        assert_eq!(a.with_counters, he.alignment.with_counters, "{a:?}");
+        assert!(a.applied_other_shapes <= 5, "{a:?}");
+        // The counters each kernel gets agree with its own launch's, profiled in the
+        // every-launch pass: sectors are the work, not the run.
+        let (mut compared, mut off) = (0, Vec::new());
+        for i in 0..every.gpu.len() {
+            let (Some(e), Some(s)) = (he.for_gpu(i), hs.for_gpu(i)) else {
+                continue;
+            };
+            let (Some(x), Some(y)) = (e.ld_sectors, s.ld_sectors) else {
+                continue;
+            };
+            compared += 1;
+            if (x - y).abs() > 0.02 * x.max(y) + 64.0 {
+                off.push((i, x, y));
+            }
+        }
+        assert!(compared >= 3000, "{compared}");
+        assert!(
+            off.len() * 100 <= compared,
+            "{} of {compared} differ: {:?}",
+            off.len(),
+            &off[..off.len().min(5)]
+        );
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.4",
+//!   "schema_version": "1.5",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
 //!   "bundle": {                                // since 1.1; null unless a bundle was read
@@ -24,6 +24,13 @@
 //!   "execution_trace": { "source": str, "schema": str,   // since 1.1; null without one
 //!                        "nodes": int, "linked": int,   // nodes linked to a Kineto op
 //!                        "tensors": int } | null,       // tensor arguments recorded
+//!   "hardware": { "source": str, "rows": int,     // since 1.5; null without ncu data
+//!                 "signatures": int,             // distinct (kernel, grid, block) rows
+//!                 "aligned_step": str|null, "step_kernels": int,
+//!                 "rows_matched", "rows_unmatched": int,
+//!                 "trace_kernels": int, "kernels_with_counters": int,
+//!                 "by_signature": int,           // counters from a same-signature row,
+//!                 "by_signature_other_shapes": int } | null,  // of it: op shapes differ
 //!   "trace": { "json_bytes": int, "schema_version": int|null, "trace_name": str|null,
 //!              "rocm": bool, "record_shapes": bool|null, "with_stack": bool|null,
 //!              "profile_memory": bool|null, "cuda_runtime_version": int|null },
@@ -111,7 +118,7 @@ use super::Report;
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.4";
+pub const SCHEMA_VERSION: &str = "1.5";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
@@ -139,6 +146,22 @@ pub fn to_value(r: &Report) -> Value {
             "linked": et.linked,
             "tensors": et.tensor_count(),
         })),
+        "hardware": r.profile.hardware.as_ref().map(|hw| {
+            let a = &hw.alignment;
+            json!({
+                "source": hw.source,
+                "rows": hw.kernels.len(),
+                "signatures": hw.signatures,
+                "aligned_step": a.step,
+                "step_kernels": a.trace_kernels,
+                "rows_matched": a.matched,
+                "rows_unmatched": a.unmatched_rows,
+                "trace_kernels": a.all_trace_kernels,
+                "kernels_with_counters": a.with_counters,
+                "by_signature": a.applied_by_signature,
+                "by_signature_other_shapes": a.applied_other_shapes,
+            })
+        }),
         "trace": {
             "json_bytes": r.profile.meta.json_bytes,
             "schema_version": r.profile.meta.schema_version,

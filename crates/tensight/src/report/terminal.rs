@@ -203,6 +203,37 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             et.nodes.len()
         );
     }
+    if let Some(hw) = &r.profile.hardware {
+        labelled(out, t, "ncu", &hardware_coverage(hw));
+    }
+}
+
+/// The header's `ncu` line: what the hardware pass profiled and what got counters.
+fn hardware_coverage(hw: &crate::model::hardware::Hardware) -> String {
+    let a = &hw.alignment;
+    let rows = hw.kernels.len();
+    let placed = match &a.step {
+        Some(s) => format!(
+            "{} of {rows} profiled launches aligned with {s}'s {} kernels",
+            a.matched, a.trace_kernels
+        ),
+        None => format!(
+            "{} of {rows} profiled launches aligned with the trace",
+            a.matched
+        ),
+    };
+    let shared = match (a.applied_by_signature, a.applied_other_shapes) {
+        (0, _) => String::new(),
+        (n, 0) => format!(" ({n} from a profiled launch of the same kernel on the same shapes)"),
+        (n, o) => format!(
+            " ({n} from a profiled launch of the same kernel, grid and block; {o} of them \
+             on other shapes, an approximation)"
+        ),
+    };
+    format!(
+        "{placed}; {} of {} traced kernels have counters{shared}",
+        a.with_counters, a.all_trace_kernels
+    )
 }
 
 /// A header line: a dim six-column label, then `text` wrapped under itself.

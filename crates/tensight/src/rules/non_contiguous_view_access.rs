@@ -126,12 +126,16 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
         .or(e.st_sectors_per_request)
         .unwrap_or(0.0);
     let cost_ms = a.cost_ns() / 1e6;
+    let copy = reader.and_then(|o| materializing_copy(p, o));
     let mut locations = vec![loc];
     if let Some(c) = creator {
         locations.push(op_location(p, c));
     }
     Draft {
-        title: format!("A {} view is read across its strides", a.view.as_ref().map(|v| v.layout).unwrap_or("non-contiguous")),
+        title: match copy {
+            Some(_) => format!("A copy materializes a {} view, reading across its strides", a.view.as_ref().map(|v| v.layout).unwrap_or("non-contiguous")),
+            None => format!("A {} view is read across its strides", a.view.as_ref().map(|v| v.layout).unwrap_or("non-contiguous")),
+        },
         message: format!(
             "{view} is read by {} at {spr:.0} sectors per request against an ideal {:.0} ({:.1}× the traffic, {} excess); it costs an estimated {} per step",
             short(&e.name),
@@ -157,14 +161,47 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
             "Each warp request of this kernel touches {spr:.0} sectors of 32 bytes where {:.0} would carry the same values: the threads of a warp read addresses a stride apart, so most of every sector is fetched and thrown away. The view costs nothing to create; its readers pay {:.1}× the traffic.",
             e.ideal_sectors_per_request, e.excess_factor
         ),
-        fixes: vec![
-            "Materialize the view once (`.contiguous()` outside the loop) when its source does not change between reads.".into(),
-            "Change the producer so it writes the layout the consumer reads (compute the transposed result directly; matmul accepts transposed operands without a copy).".into(),
-            "For convolution nets: `model.to(memory_format=torch.channels_last)` and the input likewise, so no NCHW↔NHWC copies run.".into(),
-        ],
+        fixes: match copy {
+            // The reader is the materialization already: only the producer can remove it.
+            Some(c) => vec![
+                format!("This read is already the materializing copy (`{c}`): only producing the data in the layout it is read in removes it (compute the transposed result directly; matmul accepts transposed operands without a copy)."),
+                "If the copy must stay, keep it outside the loop when its source does not change between steps.".into(),
+                "For convolution nets: `model.to(memory_format=torch.channels_last)` and the input likewise, so no NCHW↔NHWC copies run.".into(),
+            ],
+            None => vec![
+                "Materialize the view once (`.contiguous()` outside the loop) when its source does not change between reads.".into(),
+                "Change the producer so it writes the layout the consumer reads (compute the transposed result directly; matmul accepts transposed operands without a copy).".into(),
+                "For convolution nets: `model.to(memory_format=torch.channels_last)` and the input likewise, so no NCHW↔NHWC copies run.".into(),
+            ],
+        },
         locations,
     }
     .finish(&META, ctx)
+}
+
+/// The materializing op (`aten::contiguous`, `aten::clone`, `aten::reshape`, ...) when
+/// op `reader` is a copy: the call the user wrote, or `aten::copy_` itself.
+fn materializing_copy(p: &Profile, reader: u32) -> Option<String> {
+    const MATERIALIZE: &[&str] = &[
+        "aten::contiguous",
+        "aten::clone",
+        "aten::reshape",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::copy_",
+    ];
+    let mut name = None;
+    let mut cur = Some(reader);
+    while let Some(i) = cur {
+        let o = p.ops.get(i as usize)?;
+        if MATERIALIZE.contains(&&*o.name) {
+            name = Some(o.name.to_string());
+        } else if name.is_some() {
+            break;
+        }
+        cur = o.parent;
+    }
+    name
 }
 
 /// The nearest view op before op `reader` on its thread whose first input has as many
