@@ -48,9 +48,11 @@ print(",".join(re.findall(r'"([a-z0-9_.]+)"', block[:block.index("];")])))
 PY
 )
   probe="import torch; x = torch.ones(1 << 24, device='cuda'); y = x + 1; torch.cuda.synchronize()"
-  passes() { ncu --clock-control none --metrics "$1" python3 -c "$probe" 2>&1 | grep -o "[0-9]* passes" | tail -1; }
-  echo "== ncu passes: all $(echo "$metrics" | tr ',' '\n' | wc -l) metrics: $(passes "$metrics")"
-  for g in gpu__time dram__ l1tex__t_sectors l1tex__t_requests lts__ sm__warps_active sm__maximum \
+  passes() { ncu --clock-control none --metrics "$1" python3 -c "$probe" 2>&1 | grep -oE "[0-9]+ passes|==ERROR==.*" | tail -1; }
+  all=$(passes "$metrics")
+  echo "== ncu passes: all $(echo "$metrics" | tr ',' '\n' | wc -l) metrics: $all"
+  case "$all" in *passes) ;; *) echo "ncu refused tensight's metrics: stopping"; exit 3 ;; esac
+  [ "${PASSES_GROUPS:-0}" = 1 ] && for g in gpu__time dram__ l1tex__t_sectors l1tex__t_requests lts__ sm__warps_active sm__maximum \
            sm__throughput gpu__compute_memory sm__pipe_tensor smsp__average_warp_latency \
            smsp__average_warps_issue smsp__average_warps_active launch__; do
     rest=$(echo "$metrics" | tr ',' '\n' | grep -v "^$g" | paste -sd, -)

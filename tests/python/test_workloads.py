@@ -76,6 +76,26 @@ def test_v001_names_the_view_with_measured_sectors_and_is_silent_once_fixed() ->
     assert not [f for f in fixed["diagnosis"]["bottlenecks"] if f["code"].startswith("V")]
 
 
+def test_v001_with_the_full_hardware_pass_shows_where_the_warps_wait() -> None:
+    # Recorded with the default pass (repeats skipped, 40 metrics, forward and backward).
+    b = ROOT / "tests" / "fixtures" / "bundles" / "h200-transposed-view-hw"
+    r = report(b)
+    v = r["diagnosis"]["primary_bottleneck"]
+    assert v["code"] == "V001", v
+    labels = {e["label"]: e["value"] for e in v["evidence"]}
+    # A strided read waits on global memory: the long scoreboard leads the breakdown.
+    stalls = labels["warp stalls (share of warp cycles)"]
+    assert stalls.startswith("long scoreboard "), stalls
+    assert int(stalls.split()[2].rstrip("%,")) >= 50, stalls
+    measured = measured_saving("transposed_view")
+    assert abs(v["saving_ms"] - measured) <= 0.35 * measured, (v["saving_ms"], measured)
+    pass_ = r["bundle"]["hardware"]
+    assert pass_["status"] == "recorded" and pass_["launches"] == "repeated op calls skipped", pass_
+    assert pass_["op_calls"] == 16 and pass_["op_repeats"] == 0, pass_
+    h = r["hardware"]
+    assert h["kernels_with_counters"] == h["trace_kernels"], h  # backward kernels included
+
+
 def test_v002_names_the_copied_view_its_line_and_the_redundant_copies() -> None:
     r = report(FIXTURES / "contiguous_churn")
     v = r["diagnosis"]["primary_bottleneck"]

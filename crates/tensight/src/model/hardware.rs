@@ -70,12 +70,66 @@ pub struct HwKernel {
     pub occupancy_limit_blocks: Option<f64>,
     /// `sm__maximum_warps_avg_per_active_cycle` / theoretical %: warp slots per SM.
     pub max_warps_per_sm: Option<f64>,
+    /// Warps per issue cycle in each state of [`STALL_REASONS`] that ncu reported
+    /// (`smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio`).
+    pub stalls: Vec<(&'static str, f64)>,
     /// Index into [`crate::model::Profile::gpu`] of the trace kernel this row measured
     /// (`None` when it matched none).
     pub gpu: Option<u32>,
 }
 
+/// The warp states ncu counts per issue cycle: the reason key of the metric
+/// `smsp__average_warps_issue_stalled_<key>_per_issue_active.ratio`, and what it means.
+pub const STALL_REASONS: &[(&str, &str)] = &[
+    ("long_scoreboard", "waiting on global or local memory"),
+    (
+        "short_scoreboard",
+        "waiting on shared memory or special math",
+    ),
+    ("mio_throttle", "shared-memory/special-math queue full"),
+    ("lg_throttle", "global-memory instruction queue full"),
+    ("math_pipe_throttle", "math pipe busy"),
+    ("tex_throttle", "texture queue full"),
+    ("barrier", "waiting at a block barrier"),
+    ("membar", "waiting on a memory fence"),
+    ("wait", "fixed-latency dependency"),
+    ("not_selected", "ready, another warp issued"),
+    ("selected", "issuing"),
+    ("branch_resolving", "resolving a branch"),
+    ("dispatch_stall", "dispatch stalled"),
+    ("drain", "draining stores at exit"),
+    ("imc_miss", "constant cache miss"),
+    ("no_instruction", "instruction cache miss"),
+    ("sleeping", "sleeping"),
+    ("misc", "other"),
+];
+
+/// The ncu metric of a [`STALL_REASONS`] key.
+pub fn stall_metric(key: &str) -> String {
+    format!("smsp__average_warps_issue_stalled_{key}_per_issue_active.ratio")
+}
+
 impl HwKernel {
+    /// Where the warps' cycles go: each [`STALL_REASONS`] state's share of the warps
+    /// resident per issue cycle, largest first (shares of 0 left out). The states' sum
+    /// and ncu's total differ by up to a quarter on real rows (H200, ncu 2025.3): the
+    /// larger is the whole, so shares never add up to more than 1.
+    pub fn stall_shares(&self) -> Vec<(&'static str, f64)> {
+        let sum: f64 = self.stalls.iter().map(|s| s.1.max(0.0)).sum();
+        let total = self.warps_active_per_issue.unwrap_or(0.0).max(sum);
+        if total <= 0.0 {
+            return Vec::new();
+        }
+        let mut v: Vec<(&'static str, f64)> = self
+            .stalls
+            .iter()
+            .filter(|s| s.1 > 0.0)
+            .map(|&(k, w)| (k, (w / total).min(1.0)))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
+
     /// Share of a warp's cycles between two issued instructions spent waiting on L1TEX
     /// (global memory) results: Nsight Compute's own long-scoreboard ratio, 0..1.
     pub fn long_scoreboard_share(&self) -> Option<f64> {

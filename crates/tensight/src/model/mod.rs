@@ -900,6 +900,29 @@ pub struct BundleInfo {
     pub files: BundleFiles,
     /// Step times measured by the collector.
     pub timing: BundleTiming,
+    /// How `run --hardware`'s second run went (`None` when there was none).
+    pub hardware: Option<BundleHardware>,
+}
+
+/// The manifest's `hardware` object, written after the pass under Nsight Compute.
+#[derive(Debug, Default, Clone, Serialize, PartialEq)]
+pub struct BundleHardware {
+    /// `recorded`, `skipped` or `failed`.
+    pub status: String,
+    /// Why it was skipped or failed.
+    pub reason: Option<String>,
+    /// The step profiled.
+    pub step: Option<u64>,
+    /// Kernel rows ncu wrote.
+    pub kernels: Option<u64>,
+    /// `every` or `repeated op calls skipped`.
+    pub launches: Option<String>,
+    /// Op calls in the profiled step, and those skipped as repeats of an earlier one.
+    pub op_calls: Option<u64>,
+    /// See `op_calls`.
+    pub op_repeats: Option<u64>,
+    /// Wall time of the pass (the program's second run under ncu), seconds.
+    pub wall_s: Option<f64>,
 }
 
 impl BundleInfo {

@@ -13,7 +13,9 @@
 
 use super::{execution_trace, load_file, Loaded};
 use crate::error::{Error, Result};
-use crate::model::{BundleDevice, BundleFiles, BundleInfo, BundleTiming, ProgramOutcome};
+use crate::model::{
+    BundleDevice, BundleFiles, BundleHardware, BundleInfo, BundleTiming, ProgramOutcome,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -192,6 +194,19 @@ pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
             step_ms_unprofiled_gpu: floats("step_ms_unprofiled_gpu"),
             step_ms_profiled: floats("step_ms_profiled"),
         },
+        hardware: v
+            .get("hardware")
+            .filter(|h| h.is_object())
+            .map(|h| BundleHardware {
+                status: s(h, "status").unwrap_or_else(|| "unknown".into()),
+                reason: s(h, "reason"),
+                step: u(h, "step"),
+                kernels: u(h, "kernels"),
+                launches: s(h, "launches"),
+                op_calls: u(h, "op_calls"),
+                op_repeats: u(h, "op_repeats"),
+                wall_s: h.get("wall_s").and_then(Value::as_f64),
+            }),
     })
 }
 

@@ -158,6 +158,12 @@ fn parse_text(shown: &str, text: &str) -> Result<Hardware> {
             occupancy_limit_warps: num("launch__occupancy_limit_warps"),
             occupancy_limit_blocks: num("launch__occupancy_limit_blocks"),
             max_warps_per_sm: None,
+            stalls: crate::model::hardware::STALL_REASONS
+                .iter()
+                .filter_map(|&(key, _)| {
+                    num(&crate::model::hardware::stall_metric(key)).map(|v| (key, v))
+                })
+                .collect(),
             gpu: None,
         };
         if let (Some(w), Some(p)) = (
@@ -571,6 +577,18 @@ mod resnet_passes {
         let a = &hs.alignment;
         assert_eq!(a.with_counters, he.alignment.with_counters, "{a:?}");
         assert!(a.applied_other_shapes <= 5, "{a:?}");
+        // Every row has the whole warp-state breakdown (40 metrics since 2026-11-29).
+        for k in &hs.kernels {
+            assert_eq!(
+                k.stalls.len(),
+                crate::model::hardware::STALL_REASONS.len(),
+                "{}",
+                k.name
+            );
+            let shares = k.stall_shares();
+            let sum: f64 = shares.iter().map(|s| s.1).sum();
+            assert!(sum <= 1.0 + 1e-9 && sum > 0.5, "{sum} {}", k.name);
+        }
         // The counters each kernel gets agree with its own launch's, profiled in the
         // every-launch pass: sectors are the work, not the run.
         let (mut compared, mut off) = (0, Vec::new());

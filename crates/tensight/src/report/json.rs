@@ -20,7 +20,11 @@
 //!                  "exit_code": int|null, "error": str|null },
 //!     "files": { "trace", "execution_trace", "ncu": str|null },  // relative to dir
 //!     "timing": { "step_ms_unprofiled": [float], "step_ms_profiled": [float],
-//!                 "step_ms_unprofiled_gpu": [float] } } | null,  // _gpu since 1.3
+//!                 "step_ms_unprofiled_gpu": [float] },  // _gpu since 1.3
+//!     "hardware": { "status": "recorded"|"skipped"|"failed", "reason": str|null,
+//!                   "step", "kernels": int|null, "launches": str|null,  // since 1.5
+//!                   "op_calls", "op_repeats": int|null, "wall_s": float|null } | null
+//!   } | null,
 //!   "execution_trace": { "source": str, "schema": str,   // since 1.1; null without one
 //!                        "nodes": int, "linked": int,   // nodes linked to a Kineto op
 //!                        "tensors": int } | null,       // tensor arguments recorded

@@ -203,24 +203,62 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             et.nodes.len()
         );
     }
-    if let Some(hw) = &r.profile.hardware {
-        labelled(out, t, "ncu", &hardware_coverage(hw));
+    let pass = r.profile.bundle.as_ref().and_then(|b| b.hardware.as_ref());
+    match (&r.profile.hardware, pass) {
+        (Some(hw), _) => labelled(out, t, "ncu", &hardware_coverage(hw, pass)),
+        (None, Some(p)) if p.status != "recorded" => labelled(
+            out,
+            t,
+            "ncu",
+            &format!(
+                "hardware pass {}: {}",
+                p.status,
+                p.reason.as_deref().unwrap_or("no reason recorded")
+            ),
+        ),
+        _ => {}
     }
 }
 
-/// The header's `ncu` line: what the hardware pass profiled and what got counters.
-fn hardware_coverage(hw: &crate::model::hardware::Hardware) -> String {
+/// The header's `ncu` line: what the hardware pass profiled, what skipping repeated op
+/// calls saved, and what got counters.
+fn hardware_coverage(
+    hw: &crate::model::hardware::Hardware,
+    pass: Option<&crate::model::BundleHardware>,
+) -> String {
     let a = &hw.alignment;
     let rows = hw.kernels.len();
+    let mut text = String::new();
+    if let Some(p) = pass {
+        let wall = p
+            .wall_s
+            .map(|w| format!(" in {w:.0} s"))
+            .unwrap_or_default();
+        let _ = write!(text, "{rows} launches profiled{wall}");
+        if let (Some(calls), Some(rep)) = (p.op_calls, p.op_repeats) {
+            let saved = a.trace_kernels.saturating_sub(a.matched);
+            let _ = write!(
+                text,
+                ", {rep} of {calls} op calls skipped as repeats of an earlier one"
+            );
+            if let (Some(w), true) = (p.wall_s, saved > 0 && rows > 0) {
+                let per = w / rows as f64;
+                let _ = write!(
+                    text,
+                    " ({saved} launch{} not profiled: up to ~{:.0} s saved at this pass's {per:.2} s per profiled launch, estimated)",
+                    if saved == 1 { "" } else { "es" },
+                    saved as f64 * per
+                );
+            }
+        }
+        text.push_str("; ");
+    }
     let placed = match &a.step {
         Some(s) => format!(
-            "{} of {rows} profiled launches aligned with {s}'s {} kernels",
+            "{} of {rows} rows aligned with {s}'s {} kernels",
             a.matched, a.trace_kernels
         ),
-        None => format!(
-            "{} of {rows} profiled launches aligned with the trace",
-            a.matched
-        ),
+        None => format!("{} of {rows} rows aligned with the trace", a.matched),
     };
     let shared = match (a.applied_by_signature, a.applied_other_shapes) {
         (0, _) => String::new(),
@@ -230,10 +268,12 @@ fn hardware_coverage(hw: &crate::model::hardware::Hardware) -> String {
              on other shapes, an approximation)"
         ),
     };
-    format!(
+    let _ = write!(
+        text,
         "{placed}; {} of {} traced kernels have counters{shared}",
         a.with_counters, a.all_trace_kernels
-    )
+    );
+    text
 }
 
 /// A header line: a dim six-column label, then `text` wrapped under itself.

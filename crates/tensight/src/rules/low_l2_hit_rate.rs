@@ -92,7 +92,10 @@ fn check(ctx: &Context) -> Vec<Finding> {
                     ev("op input bytes", fmt_bytes(input)),
                     ev("memory throughput", format!("{:.0}% of peak", mem * 100.0)),
                     ev("kernel time per step", fmt_ms(a.time_per_step_ns / 1e6)),
-                ],
+                ]
+                .into_iter()
+                .chain(super::stall_evidence(k))
+                .collect(),
                 explanation: "The kernel reads its inputs from DRAM several times over: data it reuses is evicted from L2 before the next use, and DRAM bandwidth bounds it.".into(),
                 fixes: vec![
                     "Let cuDNN/cuBLAS choose better tilings (`torch.backends.cudnn.benchmark = True`) or use bf16 to halve the bytes.".into(),

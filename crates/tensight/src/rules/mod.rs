@@ -339,6 +339,31 @@ pub fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
     }
 }
 
+/// The evidence row "warp stalls": the largest shares of the warps' cycles by state
+/// (ncu's stall reasons), with what the first means; `None` without the breakdown.
+pub(crate) fn stall_evidence(k: &crate::model::hardware::HwKernel) -> Option<Evidence> {
+    let shares = k.stall_shares();
+    let top: Vec<String> = shares
+        .iter()
+        .filter(|s| s.1 >= 0.03)
+        .take(3)
+        .map(|(key, share)| format!("{} {:.0}%", key.replace('_', " "), share * 100.0))
+        .collect();
+    let (first, _) = shares.first()?;
+    let meaning = crate::model::hardware::STALL_REASONS
+        .iter()
+        .find(|r| r.0 == *first)
+        .map_or("", |r| r.1);
+    Some(ev(
+        "warp stalls (share of warp cycles)",
+        format!(
+            "{} ({}: {meaning})",
+            top.join(", "),
+            first.replace('_', " ")
+        ),
+    ))
+}
+
 /// A rule: metadata and a check.
 pub struct Rule {
     /// Identity and documentation.

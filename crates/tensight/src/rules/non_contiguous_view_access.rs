@@ -156,7 +156,7 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
             ev("excess traffic", fmt_bytes(e.excess_bytes)),
             ev("kernel time per step", fmt_ms(a.time_per_step_ns / 1e6)),
             ev("long-scoreboard stall (cycles per warp)", fmt_opt(e.long_scoreboard_stall)),
-        ],
+        ].into_iter().chain(p.hardware.as_ref().and_then(|hw| hw.kernels.get(e.row)).and_then(super::stall_evidence)).collect(),
         explanation: format!(
             "Each warp request of this kernel touches {spr:.0} sectors of 32 bytes where {:.0} would carry the same values: the threads of a warp read addresses a stride apart, so most of every sector is fetched and thrown away. The view costs nothing to create; its readers pay {:.1}× the traffic.",
             e.ideal_sectors_per_request, e.excess_factor

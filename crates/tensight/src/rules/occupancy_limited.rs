@@ -126,7 +126,10 @@ fn check(ctx: &Context) -> Vec<Finding> {
                     ev("occupancy without this limit", format!("{unlimited:.0}%")),
                     ev("SM / memory throughput", format!("{:.0}% / {:.0}% of peak", k.sm_throughput_pct.unwrap_or(0.0), k.memory_throughput_pct.unwrap_or(0.0))),
                     ev("kernel time per step", fmt_ms(a.time_per_step_ns / 1e6)),
-                ],
+                ]
+                .into_iter()
+                .chain(super::stall_evidence(k))
+                .collect(),
                 explanation: format!("Each SM holds only {binding:.0} blocks of this kernel because of its {by}; with so few warps, the SM has nothing to switch to while they wait on memory, and the kernel stays below both ceilings."),
                 fixes: vec![
                     "Cap registers (`__launch_bounds__`, `-maxrregcount`) or, in Triton, lower `num_warps`/`BLOCK` sizes.".into(),

@@ -88,7 +88,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
                     ev("excess traffic per launch", fmt_bytes(e.excess_bytes)),
                     ev("kernel time per step", fmt_ms(a.time_per_step_ns / 1e6)),
                     ev("long-scoreboard stall (cycles per warp)", opt(e.long_scoreboard_stall)),
-                ],
+                ].into_iter().chain(p.hardware.as_ref().and_then(|hw| hw.kernels.get(e.row)).and_then(super::stall_evidence)).collect(),
                 explanation: "Threads of a warp touch addresses far apart, so each request fetches many 32-byte sectors and uses a few bytes of each; the kernel waits on that traffic.".into(),
                 fixes: vec![
                     "Make consecutive threads read consecutive addresses: reduce or iterate over the contiguous dimension (transpose once beforehand if needed).".into(),
