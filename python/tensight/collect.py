@@ -34,7 +34,9 @@ window gets recorded — a program with no steps, or one that ends or crashes be
 window — and then written as ``whole_program``. It starts at the program's own first
 CUDA use (``torch.cuda``'s lazy init; starting Kineto earlier would query the device
 count and freeze ``CUDA_VISIBLE_DEVICES`` before the program sets it), or, where no GPU
-can be there, at ``torch`` import with the CPU only and no stacks.
+can be there, at ``torch`` import with the CPU only and no stacks. ``TENSIGHT_SPECULATE=0``
+turns it off (troubleshooting: a program that fails only under it; such a program then
+leaves no bundle if it ends before its window).
 """
 
 from __future__ import annotations

@@ -40,13 +40,7 @@ for a in "$@"; do
 done
 
 if [ $PASSES = 1 ]; then
-  metrics=$(python3 - <<'PY'
-import re
-src = open("crates/tensight-cli/src/hardware.rs").read()
-block = src[src.index("METRICS: &[&str] = &["):]
-print(",".join(re.findall(r'"([a-z0-9_.]+)"', block[:block.index("];")])))
-PY
-)
+  metrics=$(python3 scripts/h200/metrics.py)
   probe="import torch; x = torch.ones(1 << 24, device='cuda'); y = x + 1; torch.cuda.synchronize()"
   passes() { ncu --clock-control none --metrics "$1" python3 -c "$probe" 2>&1 | grep -oE "[0-9]+ passes|==ERROR==.*" | tail -1; }
   all=$(passes "$metrics")

@@ -8,13 +8,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/tensight-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/tensight-*.whl || exit 1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-metrics=$(python3 - <<'PY'
-import re
-src = open("crates/tensight-cli/src/hardware.rs").read()
-block = src[src.index("METRICS: &[&str] = &["):]
-print(",".join(re.findall(r'"([a-z0-9_.]+)"', block[:block.index("];")])))
-PY
-)
+metrics=$(python3 scripts/h200/metrics.py)
 bench=(python3 -m tensight.bench --model resnet50 --batch-size 32 --steps 1 --warmup 3)
 s=$SECONDS; "${bench[@]}" >/dev/null 2>&1; echo "program alone: $((SECONDS - s)) s"
 s=$SECONDS
