@@ -44,6 +44,9 @@ def test_diagnosis_on_the_recorded_bundles(tmp_path: Path) -> None:
     s = doc["summary"]
     assert s["planted"] >= 15 and s["primary_as_expected"] == s["planted"], s
     assert s["estimate_within_35pct"] >= 12, s
+    # Against the bundle's own unprofiled steps (the workloads whose step time moves between
+    # runs: device_ping_pong, dataloader_starvation, allocator_churn) the estimates hold too.
+    assert s["estimate_within_35pct_same_run"] >= 14, s
     # The committed table is what this engine makes of these bundles.
     committed = json.loads((ROOT / "workloads" / "results.json").read_text())
     assert committed["summary"] == s
