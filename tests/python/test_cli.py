@@ -50,7 +50,8 @@ def test_demo_json() -> None:
     assert report["diagnosis"]["bottlenecks"]
 
 
-@pytest.mark.parametrize("name", ["late-migration", "launch-bound", "fp32-gemm", "sync-in-loop", "probe"])
+@pytest.mark.parametrize("name", ["late-migration", "launch-bound", "fp32-gemm", "sync-in-loop", "probe",
+                                  "transposed-view", "transposed-chain"])
 def test_each_demo(name: str) -> None:
     r = run("demo", name)
     assert_no_crash(r)
@@ -63,6 +64,19 @@ def test_probe_demo_names_the_item_sync() -> None:
     r = run("demo", "probe")
     assert "`.item()` syncs the host with the GPU" in r.stdout  # S001
     assert "C003 late-gpu-migration" in r.stdout and "aten::randn" in r.stdout
+
+
+def test_tensor_demos_carry_the_forest_and_the_hardware_pass() -> None:
+    # The execution trace and ncu CSV ship in the binary with these two bundles.
+    r = run("demo", "transposed-view", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["execution_trace"]["linked"] > 0 and rep["tensors"]["modelled"] is False
+    assert rep["hardware"]["kernels_with_counters"] == rep["hardware"]["trace_kernels"] > 0
+    v = rep["diagnosis"]["primary_bottleneck"]
+    assert v["code"] == "V001" and f"estimated {v['saving_ms'] * 1000:.1f} µs" in v["message"], v
+    chain = run("demo", "transposed-chain")
+    assert "V003 transposed-elementwise-chain" in chain.stdout and "measured sectors" in chain.stdout
 
 
 def test_unknown_demo() -> None:

@@ -1,7 +1,9 @@
 //! `tensight demo`: real profiles recorded on an NVIDIA H200 ship inside the binary, so
 //! a new user sees a real report on a machine without a GPU. The bundles are the test
-//! fixtures in tests/fixtures/bundles (recorded by scripts/h200/record.sh; see the
-//! README there), embedded as their manifest and Kineto trace.
+//! fixtures in tests/fixtures/bundles (recorded by scripts/h200/record.sh and, with the
+//! hardware pass, scripts/h200/accuracy.sh; see the README there), embedded as their
+//! manifest and Kineto trace, and for the tensor-view demos their execution trace and
+//! Nsight Compute CSV too.
 
 use tensight::report::Report;
 
@@ -13,6 +15,9 @@ pub struct Demo {
     pub what: &'static str,
     manifest: Option<&'static [u8]>,
     trace: &'static [u8],
+    /// Execution trace and Nsight Compute CSV, for the demos that have them.
+    et: Option<&'static [u8]>,
+    ncu: Option<&'static [u8]>,
 }
 
 macro_rules! bundle {
@@ -30,6 +35,23 @@ macro_rules! bundle {
                 $dir,
                 "/trace.json.gz"
             )),
+            et: None,
+            ncu: None,
+        }
+    };
+    ($name:expr, $dir:expr, $what:expr, hardware) => {
+        Demo {
+            et: Some(include_bytes!(concat!(
+                "../../../tests/fixtures/bundles/",
+                $dir,
+                "/et.json.gz"
+            ))),
+            ncu: Some(include_bytes!(concat!(
+                "../../../tests/fixtures/bundles/",
+                $dir,
+                "/ncu.csv.gz"
+            ))),
+            ..bundle!($name, $dir, $what)
         }
     };
 }
@@ -41,11 +63,15 @@ pub const DEMOS: &[Demo] = &[
     bundle!("launch-bound", "h200-launch-bound", "24 tiny Linear+LayerNorm blocks at batch 8"),
     bundle!("fp32-gemm", "h200-fp32-gemm", "4096-wide fp32 MLP with TF32 off"),
     bundle!("sync-in-loop", "h200-sync-in-loop", "MLP reading loss.item() every step"),
+    bundle!("transposed-view", "h200-transposed-view-hw", "an elementwise op reading a transposed view, with the tensor forest and Nsight Compute counters (tensight run --hardware)", hardware),
+    bundle!("transposed-chain", "h200-transposed-chain-hw", "a transposed view feeding a chain of elementwise ops, with Nsight Compute counters (tensight run --hardware)", hardware),
     Demo {
         name: "probe",
         what: "small conv net: CPU-created input, transposed view, .item() per step (torch.profiler only)",
         manifest: None,
         trace: include_bytes!("../../../tests/fixtures/h200-probe/kineto_trace.json.gz"),
+        et: None,
+        ncu: None,
     },
 ];
 
@@ -62,7 +88,7 @@ impl Demo {
             self.name, self.what
         );
         match self.manifest {
-            Some(m) => tensight::analyze_bundle_bytes(&label, m, self.trace),
+            Some(m) => tensight::analyze_bundle_parts(&label, m, self.trace, self.et, self.ncu),
             None => tensight::analyze_bytes(&label, self.trace),
         }
     }

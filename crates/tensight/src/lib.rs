@@ -60,6 +60,26 @@ pub fn analyze_bundle_bytes(name: &str, manifest: &[u8], trace: &[u8]) -> Result
     Ok(diagnose(loaded, name.to_string()))
 }
 
+/// [`analyze_bundle_bytes`] with the bundle's execution trace and Nsight Compute CSV
+/// (plain or gzip), when it has them.
+pub fn analyze_bundle_parts(
+    name: &str,
+    manifest: &[u8],
+    trace: &[u8],
+    et: Option<&[u8]>,
+    ncu: Option<&[u8]>,
+) -> Result<report::Report> {
+    let mut loaded = read::bundle::load_bytes(name, manifest, trace)?;
+    if let Some(et) = et {
+        read::execution_trace::attach_bytes(&mut loaded, &format!("{name} (execution trace)"), et)?;
+    }
+    if let Some(ncu) = ncu {
+        let hw = read::ncu::parse_bytes(&format!("{name} (ncu)"), ncu)?;
+        read::ncu::attach(&mut loaded.profile, hw);
+    }
+    Ok(diagnose(loaded, name.to_string()))
+}
+
 /// Analyse and diagnose a loaded profile.
 pub fn diagnose(loaded: read::Loaded, input: String) -> report::Report {
     let metrics = analysis::analyze(&loaded.profile);

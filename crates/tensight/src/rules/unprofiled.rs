@@ -92,9 +92,46 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
             ));
         }
         note.push('.');
+        if !f.estimate.ends_with('.') {
+            f.estimate.push('.');
+        }
         f.estimate.push_str(&note);
+        f.message = restate(&f.message, profiled, saving);
         f.saving_ms = saving;
         f.saving_pct = (100.0 * saving / u.unprofiled_step_ms).min(100.0);
         f.severity = Severity::from_pct(f.saving_pct);
+    }
+}
+
+/// The message with the saving it states (`an estimated X`, `saves ~X`) put into
+/// unprofiled time, so the message and the headline give one figure.
+fn restate(message: &str, profiled: f64, saving: f64) -> String {
+    let (from, to) = (super::fmt_ms(profiled), super::fmt_ms(saving));
+    if from == to {
+        return message.to_string();
+    }
+    message
+        .replace(&format!("estimated {from}"), &format!("estimated {to}"))
+        .replace(&format!("saves ~{from}"), &format!("saves ~{to}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::restate;
+
+    #[test]
+    fn the_message_states_the_scaled_saving() {
+        let m = "a view read across its strides (1.8 GiB excess); it costs an estimated 346.4 µs per step";
+        assert_eq!(
+            restate(m, 0.3464, 0.2607),
+            "a view read across its strides (1.8 GiB excess); it costs an estimated 260.7 µs per step"
+        );
+        let m = "12× per step, 1.20 ms per step, saves ~600.0 µs of GPU time";
+        assert!(restate(m, 0.6, 0.3).ends_with("saves ~300.0 µs of GPU time"));
+        // Other figures, even equal ones, stay.
+        assert_eq!(
+            restate("kernel time 346.4 µs", 0.3464, 0.2607),
+            "kernel time 346.4 µs"
+        );
     }
 }
