@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from helpers import TENSIGHT, assert_full_report, assert_no_crash
 from test_collect import PROGRAMS, collected
 
@@ -179,3 +181,19 @@ def test_repeated_op_calls_of_step_k_are_marked(tmp_path: Path) -> None:
     assert nvtx.count("nvtx pop at 4") == len(pushes), nvtx
     assert nvtx[0] == "nvtx start tensight_step at 3" and nvtx[-1] == "nvtx end 7 at 4", nvtx
     assert f"{mark['op_repeats']} of {mark['op_calls']} op calls repeat an earlier one" in r.stderr
+
+
+def test_compiled_programs_are_profiled_at_every_launch(tmp_path: Path) -> None:
+    # A dispatch mode would change what compiled code runs: the marker stays out.
+    bundle = tmp_path / "b"
+    r = collected(bundle, "nvtx_probe.py", "8", "compile", stop=True,
+                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4",
+                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    if "torch.compile" in r.stderr and "not supported" in r.stderr:
+        pytest.skip("torch.compile is not supported on this Python")
+    assert r.returncode == 0, r.stderr
+    mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
+    assert mark["range"] == "closed", mark
+    assert mark["repeats_note"] == "torch.compile ran: every launch profiled", mark
+    assert mark["op_calls"] is None and "nvtx push" not in r.stderr, (mark, r.stderr)
+    assert "hardware pass: torch.compile ran: every launch profiled" in r.stderr

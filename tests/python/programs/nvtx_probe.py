@@ -1,5 +1,6 @@
 """Training loop that logs NVTX range starts/ends with the iteration they fall in:
-`nvtx_probe.py [ITERATIONS]`. Prints `nvtx start NAME at I` / `nvtx end ID at I` on
+`nvtx_probe.py [ITERATIONS] [compile]` (`compile`: the model runs through
+`torch.compile(backend="eager")`). Prints `nvtx start NAME at I` / `nvtx end ID at I` on
 stderr (I counts from 1; a start between iterations I-1 and I says I) and
 `train: done N`. Push/pop ranges are logged too, as `nvtx push`/`nvtx pop`."""
 
@@ -38,6 +39,8 @@ torch.cuda.nvtx.range_end = end
 # Two identical layers: the second repeats the first's op calls (the hardware pass
 # marks such repeats for ncu to skip).
 model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+if len(sys.argv) > 2 and sys.argv[2] == "compile":
+    model = torch.compile(model, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 for i in range(1, iterations + 1):
     current = i
