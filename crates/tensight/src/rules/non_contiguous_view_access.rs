@@ -108,18 +108,36 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
     let mut loc = reader.map(|o| op_location(p, o)).unwrap_or_default();
     loc.kernel = Some(e.name.clone());
     loc.tensor = Some(view.clone());
-    let creator = reader.and_then(|o| view_creator(p, o));
-    let created = creator
-        .map(|c| {
-            let l = op_location(p, c);
-            match l.source {
-                Some(s) => format!("{} at {s}", l.op.unwrap_or_default()),
-                None => l.op.unwrap_or_default(),
-            }
-        })
-        .unwrap_or_else(|| {
-            "not recorded (profile with record_shapes=True, with_stack=True)".into()
-        });
+    // The tensor forest names the op that made the view; without it, the nearest view op
+    // before the reader is the likely one.
+    let exact = a
+        .view
+        .as_ref()
+        .and_then(|v| forest_view(ctx, p, v))
+        .and_then(|n| n.created_by.as_ref());
+    let creator = match exact {
+        Some(c) => c.op,
+        None => reader.and_then(|o| view_creator(p, o)),
+    };
+    let created = match exact {
+        Some(c) => c.text(),
+        None => creator
+            .map(|c| {
+                let l = op_location(p, c);
+                match l.source {
+                    Some(s) => format!("{} at {s}", l.op.unwrap_or_default()),
+                    None => l.op.unwrap_or_default(),
+                }
+            })
+            .unwrap_or_else(|| {
+                "not recorded (profile with record_shapes=True, with_stack=True)".into()
+            }),
+    };
+    let created_label = if exact.is_some() {
+        "created by"
+    } else {
+        "created by (nearest view op before it)"
+    };
     let spr = e
         .ld_sectors_per_request
         .filter(|&s| s > e.ideal_sectors_per_request)
@@ -148,7 +166,7 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
         estimate: "kernel time × (1 − ideal / measured sectors), loads and stores, per step (the kernel is taken as bound by the sectors it moves)".into(),
         evidence: vec![
             ev("view", view.clone()),
-            ev("created by (nearest view op before it)", created),
+            ev(created_label, created),
             ev("kernel", e.name.clone()),
             ev("load sectors per request", fmt_opt(e.ld_sectors_per_request)),
             ev("store sectors per request", fmt_opt(e.st_sectors_per_request)),
@@ -177,6 +195,25 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
         locations,
     }
     .finish(&META, ctx)
+}
+
+/// The view's node in the tensor forest (the execution-trace step): read by an op of the
+/// same name and source line as the reader, with the view's shape and strides.
+fn forest_view<'a>(
+    ctx: &'a Context,
+    p: &Profile,
+    v: &crate::analysis::efficiency::NonContiguousInput,
+) -> Option<&'a crate::analysis::forest::TensorNode> {
+    let f = ctx.metrics.tensors.as_ref()?;
+    let reader = p.ops.get(v.op as usize)?;
+    let line = |o: u32| p.user_frame(o).map(|fr| fr.name.to_string());
+    let src = line(v.op);
+    f.ops
+        .iter()
+        .filter(|o| o.name == reader.name && o.op.map(line) == Some(src.clone()))
+        .flat_map(|o| o.accesses.iter().filter(|a| !a.write))
+        .map(|a| &f.nodes[a.tensor as usize])
+        .find(|n| n.shape == v.dims && n.strides == v.strides)
 }
 
 /// The materializing op (`aten::contiguous`, `aten::clone`, `aten::reshape`, ...) when
