@@ -274,7 +274,8 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
         .stdout(log)
         .stderr(log2)
         .envs(env.iter().map(|(k, v)| (k, v)));
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    if tty {
         eprintln!(
             "tensight: hardware pass: running the program again under {} for step {} (output in {})",
             ncu.display(),
@@ -282,7 +283,10 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
             pass.bundle.join(LOG).display()
         );
     }
-    let status = match cmd.status() {
+    let ticker = tty.then(Ticker::start);
+    let status = cmd.status();
+    drop(ticker);
+    let status = match status {
         Ok(s) => s,
         Err(e) => {
             return Outcome {
@@ -339,6 +343,51 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
         signatures: Some(hw.signatures),
         version,
         marks,
+    }
+}
+
+/// While ncu runs (minutes for a large step, silent: the program's output goes to
+/// ncu.log), one stderr line that counts the seconds; erased when dropped.
+struct Ticker {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut shown = u64::MAX;
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                let secs = t0.elapsed().as_secs();
+                if secs != shown {
+                    shown = secs;
+                    eprint!(
+                        "\r\x1b[2Ktensight: hardware pass: {}:{:02} (ncu takes about 0.4 s per kernel it profiles on an H200)",
+                        secs / 60,
+                        secs % 60
+                    );
+                }
+            }
+            eprint!("\r\x1b[2K");
+        });
+        Ticker {
+            done,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
