@@ -363,3 +363,28 @@ fn tensors_section_says_what_was_measured() {
         "{first}"
     );
 }
+
+#[test]
+fn wasted_traffic_lists_only_trees_that_waste_a_real_share() {
+    // ResNet-50 with its hardware pass: contiguous tensors, a few MiB of partial sectors.
+    let r = tensight::analyze_path_with(
+        &fixture("bundles/h200-resnet50"),
+        None,
+        Some(&fixture(
+            "bundles/h200-resnet50-hardware-repeats/ncu.csv.gz",
+        )),
+    )
+    .expect("resnet with ncu");
+    let section = tensors_section(&r);
+    assert!(
+        section.contains("By wasted traffic: none over 5% of a tree's traffic (the most:"),
+        "{section}"
+    );
+    // The transposed view wastes most of what it moves: listed, with its tree.
+    let section = tensors_section(&bundle("bundles/h200-transposed-view-hw"));
+    let waste = section
+        .split("By wasted traffic:\n")
+        .nth(1)
+        .expect("a wasted-traffic list");
+    assert!(waste.contains("transposed [1,8192]"), "{waste}");
+}

@@ -759,6 +759,9 @@ fn kernels(out: &mut String, r: &Report, t: &Term) {
     let _ = writeln!(out, "\nKernel durations: {}", hist.join(" · "));
 }
 
+/// A tree's excess traffic worth listing under "By wasted traffic", as a share of its traffic.
+const WASTE_SHARE: f64 = 0.05;
+
 /// Base tensors by modelled traffic and by wasted traffic, with their view trees.
 fn tensors(out: &mut String, r: &Report, t: &Term) {
     let Some(f) = &r.metrics.tensors else {
@@ -805,12 +808,42 @@ fn tensors(out: &mut String, r: &Report, t: &Term) {
         max_children: 4,
     };
     let by_traffic = f.top_roots(|x| x.bytes, 3);
-    let by_waste = f.top_roots(|x| x.excess_bytes() as u64, 3);
+    // Waste worth a look: at least WASTE_SHARE of the tree's traffic and 1 MiB; a few
+    // sectors of partial use at the edges of contiguous tensors are not a lead.
+    let worth = |root: &u32| {
+        let sub = &f.nodes[*root as usize].subtree;
+        let moved = if sub.measured_accesses > 0 {
+            sub.measured_bytes
+        } else {
+            sub.bytes as f64
+        };
+        sub.excess_bytes() >= (WASTE_SHARE * moved).max(1024.0 * 1024.0)
+    };
+    let any_waste = f.top_roots(|x| x.excess_bytes() as u64, 1);
+    let by_waste: Vec<u32> = f
+        .top_roots(|x| x.excess_bytes() as u64, 64)
+        .into_iter()
+        .filter(worth)
+        .take(3)
+        .collect();
     for (title, list) in [
         ("By traffic", &by_traffic),
         ("By wasted traffic", &by_waste),
     ] {
         if list.is_empty() {
+            if title == "By wasted traffic" {
+                if let Some(&top) = any_waste.first() {
+                    let sub = &f.nodes[top as usize].subtree;
+                    let _ = writeln!(
+                        out,
+                        "\n{}: none over {:.0}% of a tree's traffic (the most: {} in #{}'s tree)",
+                        t.bold(title),
+                        WASTE_SHARE * 100.0,
+                        fmt_bytes(sub.excess_bytes()),
+                        f.nodes[top as usize].tensor_id
+                    );
+                }
+            }
             continue;
         }
         let _ = writeln!(out, "\n{}:", t.bold(title));
