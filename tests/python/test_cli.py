@@ -79,6 +79,18 @@ def test_tensor_demos_carry_the_forest_and_the_hardware_pass() -> None:
     assert "V003 transposed-elementwise-chain" in chain.stdout and "measured sectors" in chain.stdout
 
 
+def test_a_csv_from_another_run_is_said_to_match_poorly() -> None:
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "bundles"
+    r = run("analyze", str(fixtures / "h200-transposed-view-hw"), "--ncu",
+            str(fixtures / "h200-resnet50-hardware-repeats" / "ncu.csv.gz"))
+    assert r.returncode in (0, 1), r.stderr
+    header = " ".join(r.stdout.split("EXECUTIVE SUMMARY")[0].split())
+    assert "2 of 276 rows aligned with the trace" in header, header
+    assert "Most rows match no kernel of this trace" in header, header
+    # The bundle's own pass record (8 launches in 18 s) is not put on another CSV.
+    assert "launches profiled" not in header, header
+
+
 def test_unknown_demo() -> None:
     r = run("demo", "nope")
     assert r.returncode == 2

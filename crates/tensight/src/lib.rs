@@ -75,6 +75,10 @@ pub fn analyze_bundle_parts(
     }
     if let Some(ncu) = ncu {
         let hw = read::ncu::parse_bytes(&format!("{name} (ncu)"), ncu)?;
+        let hw = model::hardware::Hardware {
+            from_bundle: true,
+            ..hw
+        };
         read::ncu::attach(&mut loaded.profile, hw);
     }
     Ok(diagnose(loaded, name.to_string()))

@@ -205,6 +205,9 @@ pub struct Hardware {
     pub by_gpu: Vec<Option<u32>>,
     /// Rows skipped and why (`ncu_row_without_kernel_name`, ...), as counts.
     pub skipped: Vec<(String, u64)>,
+    /// The bundle's own hardware pass (its manifest describes the run), not a CSV given
+    /// with `--ncu`.
+    pub from_bundle: bool,
 }
 
 impl Hardware {

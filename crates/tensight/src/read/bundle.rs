@@ -310,7 +310,13 @@ pub fn load(dir: &Path) -> Result<Loaded> {
     if let Some(name) = ncu {
         let f = dir.join(&name);
         match super::ncu::read_file(&f) {
-            Ok(hw) => super::ncu::attach(&mut loaded.profile, hw),
+            Ok(hw) => super::ncu::attach(
+                &mut loaded.profile,
+                crate::model::hardware::Hardware {
+                    from_bundle: true,
+                    ..hw
+                },
+            ),
             Err(e) => loaded.warnings.push(format!(
                 "hardware counters not used (rules that need them are skipped): {}",
                 e.message

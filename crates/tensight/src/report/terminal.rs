@@ -205,7 +205,13 @@ fn header(out: &mut String, r: &Report, t: &Term) {
     }
     let pass = r.profile.bundle.as_ref().and_then(|b| b.hardware.as_ref());
     match (&r.profile.hardware, pass) {
-        (Some(hw), _) => labelled(out, t, "ncu", &hardware_coverage(hw, pass)),
+        // The manifest's record describes the bundle's own pass, not a CSV from `--ncu`.
+        (Some(hw), _) => labelled(
+            out,
+            t,
+            "ncu",
+            &hardware_coverage(hw, pass.filter(|_| hw.from_bundle)),
+        ),
         (None, Some(p)) if p.status != "recorded" => labelled(
             out,
             t,
@@ -273,6 +279,11 @@ fn hardware_coverage(
         "{placed}; {} of {} traced kernels have counters{shared}",
         a.with_counters, a.all_trace_kernels
     );
+    if rows > 0 && a.matched * 2 < rows {
+        text.push_str(
+            ". Most rows match no kernel of this trace: was the CSV recorded from another program?",
+        );
+    }
     text
 }
 
