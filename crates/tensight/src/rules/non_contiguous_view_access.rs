@@ -60,6 +60,15 @@ non-contiguous tensor input. The estimated saving is the kernel time × (1 − i
 measured sectors) per step: the share of its traffic that the layout wastes, assuming
 the kernel is bound by the sectors it moves.
 
+## Evidence
+The view, the op and source line that made it (from the tensor forest when the bundle
+has an execution trace, else the nearest view op before the reader), the kernel, its
+load and store sectors per request against the ideal, the excess bytes, and where its
+warps' cycles go (Nsight Compute's stall reasons: a strided read shows as long
+scoreboard, waiting on global memory). When the reader is itself the materializing copy
+(`.contiguous()`, `clone`, `reshape`), the finding says so: only the producer's layout
+can remove it.
+
 ## References
 - CUDA C++ Best Practices Guide, "Coalesced access to global memory".
 - Nsight Compute Kernel Profiling Guide, "Memory Workload Analysis" (sectors per request).
