@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY="${PYTHON:-python3}"
-echo "== installing test tools (maturin, pytest, torch for the collector tests) and tensight itself"
-"$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" "pytest>=7" torch
+echo "== installing test tools (maturin, pytest, mypy, torch for the collector tests) and tensight itself"
+"$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.5,<2" "pytest>=7" "mypy>=1.8" torch
 "$PY" -m pip install --quiet --disable-pip-version-check .
 
 echo "== cargo fmt --check"
@@ -16,5 +16,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --quiet -p tensight -p tensight-cli
+echo "== mypy (the Python that runs in the user's interpreter)"
+"$PY" -m mypy --ignore-missing-imports python/tensight
 echo "== pytest"
 "$PY" -m pytest -q tests/python

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tensight import _native
+from tensight import _native  # type: ignore[attr-defined]  # the Rust extension
 
 __all__ = ["profile_model", "profile", "results_from_report", "analyze_bundle"]
 

@@ -475,7 +475,8 @@ class Collector:
                   "on_trace_ready": self._on_trace_ready}
             if not self.et_extra:
                 kw["execution_trace_observer"] = et
-        opts = _window_options() if windowed else (dict(_FULL) if full else dict(_LIGHT))
+        opts: dict[str, Any] = (_window_options() if windowed
+                                else dict(_FULL) if full else dict(_LIGHT))
         if not full:
             opts.update(with_stack=False, with_modules=False)
         self._window_opts = opts
