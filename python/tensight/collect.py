@@ -953,20 +953,41 @@ class HardwareCollector(Collector):
         _sync()  # the step's kernels ran inside the range
         _nvtx(None)
         marker, self._marker = self._marker, None
-        if marker is not None:
+        if marker is None:
+            return
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        if id(_get_current_dispatch_mode()) != id(marker):
+            # The program entered or left a dispatch mode of its own across the step
+            # boundary: popping now would pop its mode. The marker stays (inert after the
+            # step: it only adds NVTX ranges that no filter selects).
+            self.repeats_note = ("the program's own dispatch modes crossed the step: "
+                                 "repeats were marked, the marker left in place")
+        else:
             try:
                 marker.__exit__(None, None, None)
             except Exception as e:  # noqa: BLE001 - never break the program
                 say(f"hardware pass: {type(e).__name__} leaving the repeat marker: {e}")
-            self.op_calls, self.op_repeats = marker.calls, marker.repeats
+        self.op_calls, self.op_repeats = marker.calls, marker.repeats
 
     def _mark_repeats(self) -> None:
         if not self.repeats:
             return
         from tensight import repeats
 
+        if self.hw_step == 1:
+            # Step 1 compiles and autotunes; a dispatch mode would make torch.compile
+            # skip its frames and run them eagerly.
+            self.repeats_note = "step 1: every launch profiled"
+            return
         if repeats.compiled_code_ran():
             self.repeats_note = "torch.compile ran: every launch profiled"
+            return
+        if torch._C._len_torch_dispatch_stack() > 0:
+            self.repeats_note = "the program runs a dispatch mode: every launch profiled"
+            return
+        if not repeats.nvtx_works():
+            self.repeats_note = "no NVTX in this torch build: every launch profiled"
             return
         try:
             marker = repeats.RepeatMarker()

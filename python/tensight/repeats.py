@@ -44,7 +44,8 @@ def _leaf_key(x: Any) -> Any:
         except Exception:  # noqa: BLE001 - an exotic tensor: never a repeat
             return ("T", id(x))
     if x is None or isinstance(x, (bool, int, float, complex, str)):
-        return x
+        # Typed: 2, 2.0 and True are equal in Python but pick different kernels.
+        return (type(x).__name__, x)
     if isinstance(x, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return str(x)
     return (type(x).__name__, repr(x) if isinstance(x, torch.SymInt) else id(x))
@@ -52,12 +53,18 @@ def _leaf_key(x: Any) -> Any:
 
 def op_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[Any, ...]:
     """What decides the kernels an op call launches: the overload and every argument
-    (tensors by shape, strides, dtype, device, offset and pointer alignment)."""
-    return (func, tuple(_leaf_key(x) for x in tree_leaves((args, kwargs or {}))))
+    (tensors by shape, strides, dtype, device, offset and pointer alignment; keyword
+    arguments by name too)."""
+    named = tuple((k, tuple(_leaf_key(x) for x in tree_leaves(v)))
+                  for k, v in sorted((kwargs or {}).items()))
+    return (func, tuple(_leaf_key(x) for x in tree_leaves(args)), named)
 
 
 class RepeatMarker(TorchDispatchMode):
-    """Wraps op calls already seen (by :func:`op_key`) in the NVTX range ``RANGE``."""
+    """Wraps op calls already seen (by :func:`op_key`) in the NVTX range ``RANGE``.
+    Higher-order ops (``torch.cond``, ``flex_attention``, ...) pass through unmarked."""
+
+    supports_higher_order_operators = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -67,6 +74,8 @@ class RepeatMarker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **(kwargs or {}))
         self.calls += 1
         try:
             key = op_key(func, args, kwargs)
@@ -82,6 +91,16 @@ class RepeatMarker(TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         finally:
             torch.cuda.nvtx.range_pop()
+
+
+def nvtx_works() -> bool:
+    """Whether this torch build has NVTX (CPU-only builds may not)."""
+    try:
+        torch.cuda.nvtx.range_push(RANGE)
+        torch.cuda.nvtx.range_pop()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def compiled_code_ran() -> bool:

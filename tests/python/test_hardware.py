@@ -172,6 +172,10 @@ def test_repeated_op_calls_of_step_k_are_marked(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     nvtx = [ln for ln in r.stderr.splitlines() if ln.startswith("nvtx ")]
     mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
+    # One probe (does this build have NVTX?) before the step's range opens, outside it.
+    assert nvtx[:3] == ["nvtx push tensight_repeat at 3", "nvtx pop at 3",
+                        "nvtx start tensight_step at 3"], nvtx
+    nvtx = nvtx[2:]
     # The second Linear(8, 8) + ReLU repeat the first's calls, forward and backward.
     pushes = [ln for ln in nvtx if ln.startswith("nvtx push")]
     assert mark["op_repeats"] == len(pushes) and mark["op_repeats"] >= 4, (mark, nvtx)
@@ -197,3 +201,26 @@ def test_compiled_programs_are_profiled_at_every_launch(tmp_path: Path) -> None:
     assert mark["repeats_note"] == "torch.compile ran: every launch profiled", mark
     assert mark["op_calls"] is None and "nvtx push" not in r.stderr, (mark, r.stderr)
     assert "hardware pass: torch.compile ran: every launch profiled" in r.stderr
+
+
+def test_no_marker_for_step_1_or_under_the_programs_own_dispatch_mode(tmp_path: Path) -> None:
+    # Step 1 compiles and autotunes: a dispatch mode would make torch.compile run eagerly.
+    b1 = tmp_path / "b1"
+    r = collected(b1, "nvtx_probe.py", "4", stop=True,
+                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "1",
+                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    assert r.returncode == 0, r.stderr
+    mark = json.loads((b1 / "ncu_range.json").read_text(encoding="utf-8"))
+    assert mark["range"] == "closed" and mark["repeats_note"] == "step 1: every launch profiled", mark
+    assert mark["op_calls"] is None and "nvtx push" not in r.stderr
+
+    # A program that runs its own dispatch mode around the loop: the marker would sit
+    # on top of it and be popped by its exit, so it stays out.
+    b2 = tmp_path / "b2"
+    r = collected(b2, "nvtx_probe.py", "6", "mode", stop=True,
+                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "3",
+                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    assert r.returncode == 0, r.stderr
+    mark = json.loads((b2 / "ncu_range.json").read_text(encoding="utf-8"))
+    assert mark["repeats_note"] == "the program runs a dispatch mode: every launch profiled", mark
+    assert mark["range"] == "closed" and mark["op_calls"] is None, mark

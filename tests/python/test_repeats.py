@@ -20,6 +20,13 @@ def test_a_call_repeats_only_with_the_same_operands_layout() -> None:
     assert key(add, a, b) != key(add, a[1:], b[1:])  # shape and offset
     assert key(add, a, b) != key(add, a, b, alpha=2)  # a scalar argument
     assert key(add, a, b) != key(torch.ops.aten.sub.Tensor, a, b)  # the op
+    # Python's 2 == 2.0 == True, but int, float and bool scalars pick different kernels.
+    mul = torch.ops.aten.mul.Tensor
+    assert len({key(mul, a, 2), key(mul, a, 2.0), key(mul, a, True)}) == 3
+    full = torch.ops.aten.full.default
+    assert key(full, [3], 1) != key(full, [3], 1.0)
+    # Keyword arguments count by name, not only by value.
+    assert key(full, [3], 1, dtype=torch.float32) != key(full, [3], 1, layout=torch.float32)
     # Pointer alignment picks vectorized kernels: an offset of one float is another call.
     flat = torch.randn(2049)
     assert key(add, flat[:2048], flat[:2048]) != key(add, flat[1:], flat[1:])
@@ -46,3 +53,13 @@ def test_the_marker_counts_and_wraps_repeats(monkeypatch) -> None:  # type: igno
             except RuntimeError:
                 pass
     assert pushed == [repeats.RANGE, "pop"], pushed
+
+
+def test_higher_order_ops_pass_through() -> None:
+    # torch.cond dispatches to the mode as a higher-order op: it runs, unmarked.
+    x = torch.randn(4)
+    m = repeats.RepeatMarker()
+    with m:
+        for _ in range(2):
+            y = torch.cond(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x,))
+    assert torch.equal(y, x + 1 if x.sum() > 0 else x - 1)

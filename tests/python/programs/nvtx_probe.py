@@ -1,9 +1,10 @@
 """Training loop that logs NVTX range starts/ends with the iteration they fall in:
-`nvtx_probe.py [ITERATIONS] [compile]` (`compile`: the model runs through
-`torch.compile(backend="eager")`). Prints `nvtx start NAME at I` / `nvtx end ID at I` on
+`nvtx_probe.py [ITERATIONS] [compile|mode]` (`compile`: the model runs through
+`torch.compile(backend="eager")`; `mode`: the loop runs inside a dispatch mode of its own). Prints `nvtx start NAME at I` / `nvtx end ID at I` on
 stderr (I counts from 1; a start between iterations I-1 and I says I) and
 `train: done N`. Push/pop ranges are logged too, as `nvtx push`/`nvtx pop`."""
 
+import contextlib
 import sys
 
 import torch
@@ -42,11 +43,21 @@ model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn
 if len(sys.argv) > 2 and sys.argv[2] == "compile":
     model = torch.compile(model, backend="eager")
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-for i in range(1, iterations + 1):
-    current = i
-    loss = model(torch.randn(4, 8)).sum()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    current = i + 1
+outer: object = contextlib.nullcontext()
+if len(sys.argv) > 2 and sys.argv[2] == "mode":
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    outer = Passthrough()
+with outer:
+    for i in range(1, iterations + 1):
+        current = i
+        loss = model(torch.randn(4, 8)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        current = i + 1
 print(f"train: done {iterations}")

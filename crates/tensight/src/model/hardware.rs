@@ -177,8 +177,9 @@ pub struct Alignment {
     /// Trace kernels (any step) given a row's counters through a shared signature
     /// (same name, grid and block) rather than their own profiled launch.
     pub applied_by_signature: usize,
-    /// Of those, the kernels whose launching op's name and input shapes no row's op had:
-    /// counters of the same kernel, grid and block doing other work (an approximation).
+    /// Of those, the kernels whose launching op's name, input shapes and dtypes no row's
+    /// op had: counters of the same kernel, grid and block doing other work (an
+    /// approximation).
     pub applied_other_shapes: usize,
     /// Kernels in the whole trace.
     pub all_trace_kernels: usize,

@@ -353,14 +353,19 @@ pub fn attach(p: &mut Profile, mut hw: Hardware) {
     // Trace kernels without their own row (other steps; launches the pass skipped) take
     // the counters of a row with their signature (the template detail keeps add and mul,
     // one `elementwise_kernel` key, apart): preferably one whose launching op had the
-    // same name and input shapes (the same work), else the first.
+    // same name, input shapes and input dtypes (the same work), else the first.
     let detail = |name: &str| crate::model::hardware::kernel_detail(name);
-    let call_of = |i: usize| -> Option<(&str, &str)> {
+    type Call<'a> = (&'a str, &'a str, &'a str);
+    let call_of = |i: usize| -> Option<Call> {
         let op = p.ops.get(p.gpu[i].op? as usize)?;
-        Some((&op.name, op.input_dims.as_deref().unwrap_or("")))
+        Some((
+            &op.name,
+            op.input_dims.as_deref().unwrap_or(""),
+            op.input_types.as_deref().unwrap_or(""),
+        ))
     };
     let mut first: HashMap<(&Sig, String), u32> = HashMap::new();
-    let mut same_call: HashMap<(&Sig, String, (&str, &str)), u32> = HashMap::new();
+    let mut same_call: HashMap<(&Sig, String, Call), u32> = HashMap::new();
     for (r, s) in row_sigs.iter().enumerate() {
         let d = detail(&hw.kernels[r].name);
         if let Some(call) = hw.kernels[r].gpu.and_then(|g| call_of(g as usize)) {
@@ -374,14 +379,18 @@ pub fn attach(p: &mut Profile, mut hw: Hardware) {
             continue;
         }
         let d = detail(&p.gpu[i].name);
-        let exact = call_of(i).and_then(|c| same_call.get(&(s, d.clone(), c)));
+        let call = call_of(i);
+        let exact = call.and_then(|c| same_call.get(&(s, d.clone(), c)));
         if let Some(r) = exact {
             by_gpu[i] = Some(*r);
             al.applied_by_signature += 1;
         } else if let Some(r) = first.get(&(s, d)) {
             by_gpu[i] = Some(*r);
             al.applied_by_signature += 1;
-            al.applied_other_shapes += 1;
+            // A kernel without a launching op cannot be said to do other work.
+            if call.is_some() {
+                al.applied_other_shapes += 1;
+            }
         }
     }
     al.all_trace_kernels = trace_sigs.iter().filter(|s| s.is_some()).count();

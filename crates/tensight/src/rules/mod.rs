@@ -342,7 +342,12 @@ pub fn ev(label: impl Into<String>, value: impl Into<String>) -> Evidence {
 /// The evidence row "warp stalls": the largest shares of the warps' cycles by state
 /// (ncu's stall reasons), with what the first means; `None` without the breakdown.
 pub(crate) fn stall_evidence(k: &crate::model::hardware::HwKernel) -> Option<Evidence> {
-    let shares = k.stall_shares();
+    // `selected` is the issuing state, not a stall.
+    let shares: Vec<(&str, f64)> = k
+        .stall_shares()
+        .into_iter()
+        .filter(|s| s.0 != "selected")
+        .collect();
     let top: Vec<String> = shares
         .iter()
         .filter(|s| s.1 >= 0.03)

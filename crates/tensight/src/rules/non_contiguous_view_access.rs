@@ -216,7 +216,8 @@ fn forest_view<'a>(
     let f = ctx.metrics.tensors.as_ref()?;
     let reader = p.ops.get(v.op as usize)?;
     let line = |o: u32| p.user_frame(o).map(|fr| fr.name.to_string());
-    let src = line(v.op);
+    // Without a source line, ops of one name cannot be told apart: no exact creator.
+    let src = Some(line(v.op)?);
     f.ops
         .iter()
         .filter(|o| o.name == reader.name && o.op.map(line) == Some(src.clone()))
