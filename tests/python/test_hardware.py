@@ -55,6 +55,19 @@ def manifest(bundle: Path) -> dict[str, Any]:
     return data
 
 
+def hardware_step(bundle: Path, step: int, *args: str, repeats: bool = True
+                  ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The collector's second run for step `step` of `nvtx_probe.py ARGS` (as under ncu),
+    stopped after it, and what it wrote in ncu_range.json."""
+    extra = {"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": str(step)}
+    if repeats:
+        extra["TENSIGHT_HARDWARE_REPEATS"] = "skip"
+    r = collected(bundle, "nvtx_probe.py", *args, stop=True, extra=extra)
+    mark_file = bundle / "ncu_range.json"
+    mark: dict[str, Any] = json.loads(mark_file.read_text(encoding="utf-8")) if mark_file.exists() else {}
+    return r, mark
+
+
 def test_hardware_pass_runs_the_program_under_ncu(tmp_path: Path) -> None:
     args_file = tmp_path / "ncu_args.json"
     r, bundle = tensight_run(tmp_path, "--hardware", "--stop",
@@ -148,8 +161,7 @@ def test_a_step_after_the_end_fails_with_a_hint(tmp_path: Path) -> None:
 
 def test_the_collector_wraps_step_k_in_an_nvtx_range(tmp_path: Path) -> None:
     bundle = tmp_path / "b"
-    r = collected(bundle, "nvtx_probe.py", "10", stop=True,
-                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4"})
+    r, mark = hardware_step(bundle, 4, "10", repeats=False)
     assert r.returncode == 0, r.stderr
     nvtx = [ln for ln in r.stderr.splitlines() if ln.startswith("nvtx ")]
     # started at the end of step 3 (boundary 3), ended at the end of step 4: a start/end
@@ -157,7 +169,6 @@ def test_the_collector_wraps_step_k_in_an_nvtx_range(tmp_path: Path) -> None:
     assert nvtx == ["nvtx start tensight_step at 3", "nvtx end 7 at 4"], r.stderr
     assert "train: done" not in r.stdout  # --stop
     assert sorted(p.name for p in bundle.iterdir()) == ["ncu_range.json"]  # no profile
-    mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
     assert mark == {"step": 4, "range": "closed", "detection": "optimizer", "steps_seen": 4,
                     "program": "completed", "op_calls": None, "op_repeats": None,
                     "repeats_note": None}
@@ -166,12 +177,9 @@ def test_the_collector_wraps_step_k_in_an_nvtx_range(tmp_path: Path) -> None:
 
 def test_repeated_op_calls_of_step_k_are_marked(tmp_path: Path) -> None:
     bundle = tmp_path / "b"
-    r = collected(bundle, "nvtx_probe.py", "10", stop=True,
-                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4",
-                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    r, mark = hardware_step(bundle, 4, "10")
     assert r.returncode == 0, r.stderr
     nvtx = [ln for ln in r.stderr.splitlines() if ln.startswith("nvtx ")]
-    mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
     # One probe (does this build have NVTX?) before the step's range opens, outside it.
     assert nvtx[:3] == ["nvtx push tensight_repeat at 3", "nvtx pop at 3",
                         "nvtx start tensight_step at 3"], nvtx
@@ -190,13 +198,10 @@ def test_repeated_op_calls_of_step_k_are_marked(tmp_path: Path) -> None:
 def test_compiled_programs_are_profiled_at_every_launch(tmp_path: Path) -> None:
     # A dispatch mode would change what compiled code runs: the marker stays out.
     bundle = tmp_path / "b"
-    r = collected(bundle, "nvtx_probe.py", "8", "compile", stop=True,
-                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "4",
-                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    r, mark = hardware_step(bundle, 4, "8", "compile")
     if "torch.compile" in r.stderr and "not supported" in r.stderr:
         pytest.skip("torch.compile is not supported on this Python")
     assert r.returncode == 0, r.stderr
-    mark = json.loads((bundle / "ncu_range.json").read_text(encoding="utf-8"))
     assert mark["range"] == "closed", mark
     assert mark["repeats_note"] == "torch.compile ran: every launch profiled", mark
     assert mark["op_calls"] is None and "nvtx push" not in r.stderr, (mark, r.stderr)
@@ -206,21 +211,15 @@ def test_compiled_programs_are_profiled_at_every_launch(tmp_path: Path) -> None:
 def test_no_marker_for_step_1_or_under_the_programs_own_dispatch_mode(tmp_path: Path) -> None:
     # Step 1 compiles and autotunes: a dispatch mode would make torch.compile run eagerly.
     b1 = tmp_path / "b1"
-    r = collected(b1, "nvtx_probe.py", "4", stop=True,
-                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "1",
-                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    r, mark = hardware_step(b1, 1, "4")
     assert r.returncode == 0, r.stderr
-    mark = json.loads((b1 / "ncu_range.json").read_text(encoding="utf-8"))
     assert mark["range"] == "closed" and mark["repeats_note"] == "step 1: every launch profiled", mark
     assert mark["op_calls"] is None and "nvtx push" not in r.stderr
 
     # A program that runs its own dispatch mode around the loop: the marker would sit
     # on top of it and be popped by its exit, so it stays out.
     b2 = tmp_path / "b2"
-    r = collected(b2, "nvtx_probe.py", "6", "mode", stop=True,
-                  extra={"TENSIGHT_HARDWARE": "1", "TENSIGHT_HARDWARE_STEP": "3",
-                         "TENSIGHT_HARDWARE_REPEATS": "skip"})
+    r, mark = hardware_step(b2, 3, "6", "mode")
     assert r.returncode == 0, r.stderr
-    mark = json.loads((b2 / "ncu_range.json").read_text(encoding="utf-8"))
     assert mark["repeats_note"] == "the program runs a dispatch mode: every launch profiled", mark
     assert mark["range"] == "closed" and mark["op_calls"] is None, mark

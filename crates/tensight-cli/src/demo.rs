@@ -88,7 +88,7 @@ impl Demo {
             self.name, self.what
         );
         match self.manifest {
-            Some(m) => tensight::analyze_bundle_parts(&label, m, self.trace, self.et, self.ncu),
+            Some(m) => tensight::analyze_bundle_bytes(&label, m, self.trace, self.et, self.ncu),
             None => tensight::analyze_bytes(&label, self.trace),
         }
     }

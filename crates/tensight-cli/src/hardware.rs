@@ -104,7 +104,7 @@ struct Outcome {
 }
 
 /// The collector's counts from `ncu_range.json`.
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct Marks {
     op_calls: Option<u64>,
     op_repeats: Option<u64>,

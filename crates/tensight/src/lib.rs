@@ -54,33 +54,16 @@ pub fn analyze_bytes(name: &str, bytes: &[u8]) -> Result<report::Report> {
     Ok(diagnose(loaded, name.to_string()))
 }
 
-/// Read, analyse and diagnose a bundle held in memory: its manifest and trace bytes.
-pub fn analyze_bundle_bytes(name: &str, manifest: &[u8], trace: &[u8]) -> Result<report::Report> {
-    let loaded = read::bundle::load_bytes(name, manifest, trace)?;
-    Ok(diagnose(loaded, name.to_string()))
-}
-
-/// [`analyze_bundle_bytes`] with the bundle's execution trace and Nsight Compute CSV
-/// (plain or gzip), when it has them.
-pub fn analyze_bundle_parts(
+/// Read, analyse and diagnose a bundle held in memory: its manifest and trace bytes, and
+/// its execution trace and Nsight Compute CSV (plain or gzip) when it has them.
+pub fn analyze_bundle_bytes(
     name: &str,
     manifest: &[u8],
     trace: &[u8],
     et: Option<&[u8]>,
     ncu: Option<&[u8]>,
 ) -> Result<report::Report> {
-    let mut loaded = read::bundle::load_bytes(name, manifest, trace)?;
-    if let Some(et) = et {
-        read::execution_trace::attach_bytes(&mut loaded, &format!("{name} (execution trace)"), et)?;
-    }
-    if let Some(ncu) = ncu {
-        let hw = read::ncu::parse_bytes(&format!("{name} (ncu)"), ncu)?;
-        let hw = model::hardware::Hardware {
-            from_bundle: true,
-            ..hw
-        };
-        read::ncu::attach(&mut loaded.profile, hw);
-    }
+    let loaded = read::bundle::load_bytes(name, manifest, trace, et, ncu)?;
     Ok(diagnose(loaded, name.to_string()))
 }
 

@@ -308,30 +308,56 @@ pub fn load(dir: &Path) -> Result<Loaded> {
     let ncu = info.files.ncu.clone();
     apply_manifest(&mut loaded, info);
     if let Some(name) = ncu {
-        let f = dir.join(&name);
-        match super::ncu::read_file(&f) {
-            Ok(hw) => super::ncu::attach(
-                &mut loaded.profile,
-                crate::model::hardware::Hardware {
-                    from_bundle: true,
-                    ..hw
-                },
-            ),
-            Err(e) => loaded.warnings.push(format!(
-                "hardware counters not used (rules that need them are skipped): {}",
-                e.message
-            )),
-        }
+        attach_own_ncu(&mut loaded, super::ncu::read_file(&dir.join(&name)));
     }
     Ok(loaded)
 }
 
-/// A bundle held in memory (the demo's embedded ones): its manifest and trace bytes.
-pub fn load_bytes(name: &str, manifest: &[u8], trace: &[u8]) -> Result<Loaded> {
+/// A bundle held in memory (the demo's embedded ones): its manifest and trace bytes, and
+/// its execution trace and Nsight Compute CSV (plain or gzip) when it has them.
+pub fn load_bytes(
+    name: &str,
+    manifest: &[u8],
+    trace: &[u8],
+    et: Option<&[u8]>,
+    ncu: Option<&[u8]>,
+) -> Result<Loaded> {
     let info = parse_manifest(name, manifest)?;
     let mut loaded = super::load_bytes(name, trace)?;
+    if let Some(et) = et {
+        let shown = format!("{name} (execution trace)");
+        if let Err(e) = execution_trace::attach_bytes(&mut loaded, &shown, et) {
+            loaded.warnings.push(format!(
+                "execution trace not used (tensor details unavailable): {}",
+                e.message
+            ));
+        }
+    }
     apply_manifest(&mut loaded, info);
+    if let Some(ncu) = ncu {
+        attach_own_ncu(
+            &mut loaded,
+            super::ncu::parse_bytes(&format!("{name} (ncu)"), ncu),
+        );
+    }
     Ok(loaded)
+}
+
+/// The bundle's own hardware pass (its manifest describes that run), or a warning.
+fn attach_own_ncu(loaded: &mut Loaded, hw: Result<crate::model::hardware::Hardware>) {
+    match hw {
+        Ok(hw) => super::ncu::attach(
+            &mut loaded.profile,
+            crate::model::hardware::Hardware {
+                from_bundle: true,
+                ..hw
+            },
+        ),
+        Err(e) => loaded.warnings.push(format!(
+            "hardware counters not used (rules that need them are skipped): {}",
+            e.message
+        )),
+    }
 }
 
 /// Attach the manifest to a loaded profile; the step that carried the execution-trace

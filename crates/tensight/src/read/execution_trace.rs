@@ -71,15 +71,14 @@ pub fn attach(loaded: &mut Loaded, path: &Path) -> Result<()> {
 
 /// [`attach`] for an execution trace held in memory (plain or gzip JSON).
 pub fn attach_bytes(loaded: &mut Loaded, shown: &str, bytes: &[u8]) -> Result<()> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        use std::io::Read;
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map_err(|e| Error::new(format!("failed to read execution trace {shown}: {e}")))?;
-        return link_into(loaded, shown, &out);
+    match super::gunzipped(bytes) {
+        Some(out) => {
+            let out = out
+                .map_err(|e| Error::new(format!("failed to read execution trace {shown}: {e}")))?;
+            link_into(loaded, shown, &out)
+        }
+        None => link_into(loaded, shown, bytes),
     }
-    link_into(loaded, shown, bytes)
 }
 
 fn link_into(loaded: &mut Loaded, shown: &str, bytes: &[u8]) -> Result<()> {

@@ -153,12 +153,8 @@ fn load_file(file: &Path) -> Result<Loaded> {
 
 /// Read and finish a profile from bytes already in memory (plain JSON or gzip).
 pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        use std::io::Read;
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map_err(|e| Error::new(format!("failed to read trace {shown}: {e}")))?;
+    if let Some(out) = gunzipped(bytes) {
+        let out = out.map_err(|e| Error::new(format!("failed to read trace {shown}: {e}")))?;
         return parse(shown, &out, &|_, _| {});
     }
     if bytes.is_empty() {
@@ -167,6 +163,17 @@ pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
         )));
     }
     parse(shown, bytes, &|_, _| {})
+}
+
+/// In-memory bytes that start like gzip, decompressed; `None` when they do not.
+pub(crate) fn gunzipped(bytes: &[u8]) -> Option<std::io::Result<Vec<u8>>> {
+    use std::io::Read;
+    bytes.starts_with(&[0x1f, 0x8b]).then(|| {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .map(|_| out)
+    })
 }
 
 const INCOMPLETE: &str =
