@@ -36,7 +36,7 @@ def test_analyze_returns_the_documented_dict() -> None:
     r = tensight.analyze(PROBE_TRACE)
     assert set(r) == TOP_KEYS
     assert set(r["summary"]) == SUMMARY_KEYS
-    assert r["schema_version"] == "1.5"
+    assert r["schema_version"] == "1.6"
     assert r["tensight_version"] == tensight.__version__
     assert r["input"] == str(PROBE_TRACE)
     assert r["device"]["name"] == "NVIDIA H200"

@@ -130,13 +130,32 @@ pub struct SyncPoint {
     pub gpu_idle_after_ns: i64,
 }
 
+/// A host-blocking sync the program made outside every step's host range: before the
+/// loop, after it (timing code, the end of a benchmark), never a per-step cost.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OutsideSync {
+    /// Runtime API (`cudaDeviceSynchronize`).
+    pub api: String,
+    /// Op that issued it, if any.
+    pub op: Option<u32>,
+    /// `before` the first step or `after` the last.
+    pub position: &'static str,
+    /// When it started (ns).
+    pub ts_ns: i64,
+    /// How long the host was blocked (ns).
+    pub dur_ns: i64,
+}
+
 /// The timeline of the analysed steps.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Timeline {
     /// Per step.
     pub steps: Vec<StepMetrics>,
-    /// Host-blocking syncs inside the steps.
+    /// Host-blocking syncs inside the steps: made while a step's host range ran (from
+    /// its host start to the next step's, the last to its host end).
     pub syncs: Vec<SyncPoint>,
+    /// The program's host-blocking syncs outside every step's host range.
+    pub syncs_outside: Vec<OutsideSync>,
     /// Indices (into `Profile::gpu`) of activities inside the steps, in time order.
     #[serde(skip)]
     pub gpu_in_steps: Vec<u32>,
@@ -226,9 +245,13 @@ pub fn timeline(p: &Profile) -> Timeline {
             let mut step_syncs = Vec::new();
             let mut to_edge: Vec<usize> = Vec::new();
 
+            let host_end = p
+                .steps
+                .get(si + 1)
+                .map_or(s.cpu_end_ns, |n| n.host_start_ns);
             for &ri in &syncs {
                 let r = &p.runtime[ri as usize];
-                if r.ts_ns < s.start_ns || r.ts_ns >= s.end_ns {
+                if r.ts_ns < s.host_start_ns || r.ts_ns >= host_end {
                     continue;
                 }
                 let end = r.end_ns();
@@ -273,6 +296,39 @@ pub fn timeline(p: &Profile) -> Timeline {
         t.idle_gaps.extend(gaps);
         t.syncs.extend(step_syncs);
         t.steps.push(m);
+    }
+    if let (Some(first), Some(last)) = (p.steps.first(), p.steps.last()) {
+        // Steps the analysis leaves out (the profiler's warm-up, the execution-trace
+        // step) are steps too: their syncs are not outside the loop.
+        let other_steps: Vec<(i64, i64)> = p
+            .ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("ProfilerStep#"))
+            .map(|o| (o.ts_ns, o.end_ns()))
+            .collect();
+        for &ri in &syncs {
+            let r = &p.runtime[ri as usize];
+            if other_steps
+                .iter()
+                .any(|&(a, b)| a <= r.ts_ns && r.ts_ns < b)
+            {
+                continue;
+            }
+            let position = if r.ts_ns < first.host_start_ns {
+                "before"
+            } else if r.ts_ns >= last.cpu_end_ns {
+                "after"
+            } else {
+                continue;
+            };
+            t.syncs_outside.push(OutsideSync {
+                api: r.name.to_string(),
+                op: r.op,
+                position,
+                ts_ns: r.ts_ns,
+                dur_ns: r.dur_ns,
+            });
+        }
     }
     t
 }

@@ -539,21 +539,34 @@ pub enum StepSource {
         /// The repeating range's name.
         name: String,
     },
+    /// A repeating sequence of top-level ops (no stacks, or a loop written inline).
+    OpSequence {
+        /// The op each step starts with.
+        first_op: String,
+        /// Top-level ops per step (the most common count).
+        ops_per_step: usize,
+    },
     /// Nothing repeats: the whole trace is one step.
     #[default]
     WholeTrace,
 }
 
 impl StepSource {
-    /// One line for the report.
+    /// How the steps were found, for the report (`steps  5 analysed: {this}`).
     pub fn describe(&self) -> String {
         match self {
-            StepSource::ProfilerStep => "ProfilerStep#N annotations".into(),
-            StepSource::PythonFrame { frame } => format!("repeating Python frame `{frame}`"),
-            StepSource::Annotation { name } => format!("repeating annotation `{name}`"),
-            StepSource::WholeTrace => {
-                "no repeating marker found: the whole trace is one step".into()
+            StepSource::ProfilerStep => "from ProfilerStep#N annotations".into(),
+            StepSource::PythonFrame { frame } => {
+                format!("from the repeating Python frame `{frame}`")
             }
+            StepSource::Annotation { name } => format!("from the repeating annotation `{name}`"),
+            StepSource::OpSequence {
+                first_op,
+                ops_per_step,
+            } => format!(
+                "from a repeating sequence of {ops_per_step} top-level ops starting at `{first_op}`"
+            ),
+            StepSource::WholeTrace => "nothing repeats: the whole trace is one step".into(),
         }
     }
 }

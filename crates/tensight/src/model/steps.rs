@@ -1,17 +1,77 @@
 //! Finding the steps (iterations) of a run.
 //!
-//! In order of trust: `ProfilerStep#N` annotations (a profiler schedule wrote them);
-//! a user Python frame that repeats under one parent and covers most of it (the loop
+//! In order of trust: `ProfilerStep#N` annotations (a profiler schedule wrote them, or
+//! `tensight run`'s window); a user Python frame that repeats under one parent (the loop
 //! body, e.g. `train.py(40): train_step`); repeating `Optimizer.step#...` annotations
-//! (one iteration ends where each optimizer step ends); repeating DataLoader
-//! `__next__` annotations (one iteration starts at each batch fetch); else the whole
-//! trace is one step. The report says which method was used.
+//! (one iteration ends where each optimizer step ends; preferred over a frame that
+//! repeats a different number of times, as in gradient accumulation); repeating
+//! DataLoader `__next__` annotations (one iteration starts at each batch fetch); a
+//! repeating sequence of top-level ops (a trace without stacks, or a loop written
+//! inline); else the whole trace is one step. The report says which method was used.
+//!
+//! What may count as the loop body is decided by [`choose_repeating`], which
+//! `tensight run`'s collector calls too (through `tensight._native.choose_loop`) on the
+//! loops it watches live, so both paths pick a loop by the same criteria: the outermost
+//! candidate that repeats, runs back to back, and holds most of the work.
 //!
 //! A step runs from its host-side start to the next step's start; the last step ends
-//! at the later of its host-side end and the end of the GPU work launched inside it.
+//! at the later of its host-side end and the end of the GPU work launched inside it, so
+//! in a GPU-bound loop (the host queues iterations long before the GPU runs them) each
+//! step holds the GPU work its host range launched and lasts the iteration period.
 
 use super::{is_user_frame, OpKind, Profile, Step, StepSource};
 use std::collections::HashMap;
+
+/// Something that repeats and may be the loop body: a Python frame under one parent,
+/// or (in the collector) a loop in the user's code.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Repeating {
+    /// Nesting: lower is outer (frame depth; the collector: frame depth, then the
+    /// loop's nesting inside its function).
+    pub depth: u32,
+    /// Occurrences (iterations) seen.
+    pub count: usize,
+    /// Sum of the occurrences' host durations, ns.
+    pub covered_ns: i64,
+    /// From the first occurrence's start to the last one's end, ns.
+    pub span_ns: i64,
+    /// Share of the work (GPU launches, else ops) of the reference window that ran
+    /// inside the occurrences, 0 to 1.
+    pub work_share: f64,
+}
+
+/// Fewest occurrences for a loop body.
+pub const MIN_REPEATS: usize = 2;
+/// Occurrences must cover at least this share of their span: a loop body runs back to
+/// back (a function called once per iteration beside others still does).
+pub const MIN_BACK_TO_BACK: f64 = 0.25;
+/// A loop body holds at least this share of the work.
+pub const MIN_WORK_SHARE: f64 = 0.5;
+
+impl Repeating {
+    /// Whether it can be the loop body at all.
+    pub fn qualifies(&self) -> bool {
+        self.count >= MIN_REPEATS
+            && self.span_ns > 0
+            && self.covered_ns as f64 >= MIN_BACK_TO_BACK * self.span_ns as f64
+            && self.work_share >= MIN_WORK_SHARE
+    }
+}
+
+/// The loop body among `c`: of those that qualify, the outermost, then the one holding
+/// most of the work, then the one covering most time (index into `c`).
+pub fn choose_repeating(c: &[Repeating]) -> Option<usize> {
+    c.iter()
+        .enumerate()
+        .filter(|(_, r)| r.qualifies())
+        .min_by(|(_, a), (_, b)| {
+            a.depth
+                .cmp(&b.depth)
+                .then(b.work_share.total_cmp(&a.work_share))
+                .then(b.covered_ns.cmp(&a.covered_ns))
+        })
+        .map(|(i, _)| i)
+}
 
 /// Fill `p.steps` and `p.step_source`.
 pub fn find_steps(p: &mut Profile) {
@@ -20,10 +80,13 @@ pub fn find_steps(p: &mut Profile) {
     p.steps = close_steps(p, ranges);
 }
 
-/// Host-side (start, end, label) of each step, and how they were found.
-fn host_ranges(p: &Profile) -> (Vec<(i64, i64, String)>, StepSource) {
+/// A step's host range: (start, end, label).
+type HostRange = (i64, i64, String);
+
+/// Host-side ranges of each step, and how they were found.
+fn host_ranges(p: &Profile) -> (Vec<HostRange>, StepSource) {
     // 1. ProfilerStep#N.
-    let mut ps: Vec<(i64, i64, String)> = p
+    let mut ps: Vec<HostRange> = p
         .ops
         .iter()
         .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("ProfilerStep#"))
@@ -34,25 +97,16 @@ fn host_ranges(p: &Profile) -> (Vec<(i64, i64, String)>, StepSource) {
         ps.dedup_by_key(|r| r.0);
         return (ps, StepSource::ProfilerStep);
     }
-    // 2. A repeating user Python frame.
+    let optimizer = annotation_ranges(p, "Optimizer.step#");
+    // 2. A repeating user Python frame (unless optimizer steps say otherwise).
     if let Some((frame, r)) = repeating_frame(p) {
-        return (r, StepSource::PythonFrame { frame });
+        let disagrees = optimizer.as_ref().is_some_and(|(_, o)| o.len() != r.len());
+        if !disagrees {
+            return (r, StepSource::PythonFrame { frame });
+        }
     }
     // 3. Optimizer.step annotations: iterations between consecutive optimizer steps.
-    let mut opt: Vec<(i64, i64)> = p
-        .ops
-        .iter()
-        .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("Optimizer.step#"))
-        .map(|o| (o.ts_ns, o.end_ns()))
-        .collect();
-    opt.sort();
-    if opt.len() >= 3 {
-        let name = p
-            .ops
-            .iter()
-            .find(|o| o.name.starts_with("Optimizer.step#"))
-            .map(|o| o.name.to_string())
-            .unwrap_or_default();
+    if let Some((name, opt)) = optimizer {
         let r = opt
             .windows(2)
             .enumerate()
@@ -61,20 +115,7 @@ fn host_ranges(p: &Profile) -> (Vec<(i64, i64, String)>, StepSource) {
         return (r, StepSource::Annotation { name });
     }
     // 4. DataLoader batch fetches: an iteration starts at each `__next__`.
-    let mut dl: Vec<(i64, i64)> = p
-        .ops
-        .iter()
-        .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("enumerate(DataLoader)#"))
-        .map(|o| (o.ts_ns, o.end_ns()))
-        .collect();
-    dl.sort();
-    if dl.len() >= 3 {
-        let name = p
-            .ops
-            .iter()
-            .find(|o| o.name.starts_with("enumerate(DataLoader)#"))
-            .map(|o| o.name.to_string())
-            .unwrap_or_default();
+    if let Some((name, dl)) = annotation_ranges(p, "enumerate(DataLoader)#") {
         let r = dl
             .windows(2)
             .enumerate()
@@ -82,66 +123,269 @@ fn host_ranges(p: &Profile) -> (Vec<(i64, i64, String)>, StepSource) {
             .collect();
         return (r, StepSource::Annotation { name });
     }
+    // 5. A repeating sequence of top-level ops.
+    if let Some((first_op, ops_per_step, r)) = repeating_ops(p) {
+        return (
+            r,
+            StepSource::OpSequence {
+                first_op,
+                ops_per_step,
+            },
+        );
+    }
     (
         vec![(p.meta.start_ns, p.meta.end_ns, "whole trace".to_string())],
         StepSource::WholeTrace,
     )
 }
 
-/// The user frame that repeats (≥ 2 times) under one parent frame, covers at least half
-/// of that parent and at least a third of the profiled window; the shallowest such
-/// frame wins, then the one covering most.
-/// A frame's name and its occurrences as (start, end, label).
-type Repeats = (String, Vec<(i64, i64, String)>);
+/// Annotations whose name starts with `prefix`, sorted, when at least three repeat:
+/// the first one's name and every (start, end).
+fn annotation_ranges(p: &Profile, prefix: &str) -> Option<(String, Vec<(i64, i64)>)> {
+    let mut v: Vec<(i64, i64)> = p
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with(prefix))
+        .map(|o| (o.ts_ns, o.end_ns()))
+        .collect();
+    if v.len() < 3 {
+        return None;
+    }
+    v.sort();
+    let name = p
+        .ops
+        .iter()
+        .find(|o| o.name.starts_with(prefix))
+        .map(|o| o.name.to_string())
+        .unwrap_or_default();
+    Some((name, v))
+}
 
+/// A frame's name and its occurrences.
+type Repeats = (String, Vec<HostRange>);
+
+/// The user frame that is the loop body ([`choose_repeating`]): frames grouped by
+/// (parent, name); the work is the GPU launches (else the ops) of the frame's thread.
 fn repeating_frame(p: &Profile) -> Option<Repeats> {
-    // (parent, name) -> (count, total dur, depth)
-    let mut groups: HashMap<(Option<u32>, &str), (usize, i64, u16)> = HashMap::new();
+    struct Group {
+        depth: u16,
+        ranges: Vec<(i64, i64)>,
+        tid: (i64, i64),
+    }
+    let mut groups: HashMap<(Option<u32>, &str), Group> = HashMap::new();
     for f in &p.python_frames {
         if !is_user_frame(&f.name) {
             continue;
         }
-        let e = groups.entry((f.parent, &f.name)).or_insert((0, 0, f.depth));
-        e.0 += 1;
-        e.1 += f.dur_ns;
+        groups
+            .entry((f.parent, &f.name))
+            .or_insert_with(|| Group {
+                depth: f.depth,
+                ranges: Vec::new(),
+                tid: (f.pid, f.tid),
+            })
+            .ranges
+            .push((f.ts_ns, f.end_ns()));
     }
-    type Candidate<'a> = ((Option<u32>, &'a str), u16, i64);
-    let mut best: Option<Candidate> = None;
-    for (&(parent, name), &(count, total, depth)) in &groups {
-        if count < 2 {
-            continue;
-        }
-        let parent_dur = match parent {
-            Some(i) => p.python_frames[i as usize].dur_ns,
-            None => p.meta.end_ns - p.meta.start_ns,
-        };
-        let window = p.meta.end_ns - p.meta.start_ns;
-        if parent_dur <= 0
-            || (total as f64) < 0.5 * parent_dur as f64
-            || (total as f64) < window as f64 / 3.0
-        {
-            continue;
-        }
-        let better = match best {
-            None => true,
-            Some((_, d, t)) => depth < d || (depth == d && total > t),
-        };
-        if better {
-            best = Some(((parent, name), depth, total));
-        }
+    groups.retain(|_, g| g.ranges.len() >= MIN_REPEATS);
+    if groups.is_empty() {
+        return None;
     }
-    let ((parent, name), _, _) = best?;
-    let mut r: Vec<(i64, i64, String)> = p
-        .python_frames
+    let work = WorkTimes::of(p);
+    let keys: Vec<(Option<u32>, &str)> = {
+        let mut k: Vec<_> = groups.keys().copied().collect();
+        k.sort(); // deterministic tie-breaks
+        k
+    };
+    let cands: Vec<Repeating> = keys
         .iter()
-        .filter(|f| f.parent == parent && &*f.name == name)
-        .map(|f| (f.ts_ns, f.end_ns(), String::new()))
+        .map(|k| {
+            let g = &mut groups.get_mut(k).expect("key from the map");
+            g.ranges.sort_unstable();
+            let span = g.ranges.last().map_or(0, |l| l.1) - g.ranges[0].0;
+            Repeating {
+                depth: u32::from(g.depth),
+                count: g.ranges.len(),
+                covered_ns: g.ranges.iter().map(|r| r.1 - r.0).sum(),
+                span_ns: span,
+                work_share: work.share_inside(g.tid, &g.ranges),
+            }
+        })
         .collect();
-    r.sort();
-    for (i, x) in r.iter_mut().enumerate() {
-        x.2 = format!("step {}", i + 1);
-    }
+    let best = choose_repeating(&cands)?;
+    let (parent, name) = keys[best];
+    let g = &groups[&(parent, name)];
+    let r = g
+        .ranges
+        .iter()
+        .enumerate()
+        .map(|(i, &(a, b))| (a, b, format!("step {}", i + 1)))
+        .collect();
     Some((name.to_string(), r))
+}
+
+/// Start times of the work per thread: GPU launches when the trace has any, else ops.
+struct WorkTimes {
+    by_thread: HashMap<(i64, i64), Vec<i64>>,
+}
+
+impl WorkTimes {
+    fn of(p: &Profile) -> WorkTimes {
+        let mut by_thread: HashMap<(i64, i64), Vec<i64>> = HashMap::new();
+        let launches = p.runtime.iter().filter(|r| r.gpu.is_some());
+        let mut any = false;
+        for r in launches {
+            any = true;
+            by_thread.entry((r.pid, r.tid)).or_default().push(r.ts_ns);
+        }
+        if !any {
+            for o in p.ops.iter().filter(|o| o.kind == OpKind::Op) {
+                by_thread.entry((o.pid, o.tid)).or_default().push(o.ts_ns);
+            }
+        }
+        for v in by_thread.values_mut() {
+            v.sort_unstable();
+        }
+        WorkTimes { by_thread }
+    }
+
+    /// Share of all work (all threads) that started inside `ranges` (sorted) on `tid`.
+    fn share_inside(&self, tid: (i64, i64), ranges: &[(i64, i64)]) -> f64 {
+        let total: usize = self.by_thread.values().map(Vec::len).sum();
+        let Some(t) = self.by_thread.get(&tid) else {
+            return 0.0;
+        };
+        if total == 0 {
+            return 0.0;
+        }
+        let inside: usize = ranges
+            .iter()
+            .map(|&(a, b)| t.partition_point(|&x| x < b) - t.partition_point(|&x| x < a))
+            .sum();
+        inside as f64 / total as f64
+    }
+}
+
+/// A repeating sequence of top-level ops on the busiest thread: an op that occurs once
+/// per iteration (its occurrences cut the sequence into segments that are, mostly, the
+/// same ops), the most frequent such op winning (the shortest period), then the earliest.
+/// Returns that op's name, the ops per step and the steps' host ranges.
+fn repeating_ops(p: &Profile) -> Option<(String, usize, Vec<HostRange>)> {
+    // Top-level ops per thread; the thread with the most.
+    let mut per_thread: HashMap<(i64, i64), Vec<u32>> = HashMap::new();
+    for (i, o) in p.ops.iter().enumerate() {
+        if o.parent.is_none() && !o.name.starts_with("tensight::") {
+            per_thread.entry((o.pid, o.tid)).or_default().push(i as u32);
+        }
+    }
+    let (_, seq) = per_thread
+        .into_iter()
+        .max_by_key(|(k, v)| (v.len(), std::cmp::Reverse(*k)))?;
+    if seq.len() < 2 * MIN_REPEATS {
+        return None;
+    }
+    // Intern names into ids.
+    let mut ids: HashMap<&str, u32> = HashMap::new();
+    let s: Vec<u32> = seq
+        .iter()
+        .map(|&i| {
+            let n = ids.len() as u32;
+            *ids.entry(&p.ops[i as usize].name).or_insert(n)
+        })
+        .collect();
+    let mut pos: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+    for (k, &id) in s.iter().enumerate() {
+        pos[id as usize].push(k);
+    }
+    // Anchors: most occurrences first (shortest period), then earliest; a bounded number.
+    let mut anchors: Vec<u32> = (0..pos.len() as u32)
+        .filter(|&a| (MIN_REPEATS..=MAX_OP_STEPS).contains(&pos[a as usize].len()))
+        .collect();
+    anchors.sort_by_key(|&a| (std::cmp::Reverse(pos[a as usize].len()), pos[a as usize][0]));
+    anchors.truncate(MAX_ANCHORS);
+    let hash = |a: usize, b: usize| {
+        s[a..b].iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &x| {
+            (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+        })
+    };
+    for a in anchors {
+        let at = &pos[a as usize];
+        // Segments between consecutive occurrences.
+        let segs: Vec<(usize, usize)> = at.windows(2).map(|w| (w[0], w[1])).collect();
+        let Some(modal) = modal_len(&segs) else {
+            continue;
+        };
+        let close = |len: usize| len.abs_diff(modal) * 4 <= modal;
+        if modal < 2 || !segs.iter().all(|&(x, y)| close(y - x)) {
+            continue;
+        }
+        let mut hashes: HashMap<u64, usize> = HashMap::new();
+        for &(x, y) in &segs {
+            *hashes.entry(hash(x, y)).or_default() += 1;
+        }
+        let same = hashes.values().copied().max().unwrap_or(0);
+        if (same as f64) < 0.6 * segs.len() as f64 {
+            continue;
+        }
+        // The anchor need not open the iteration: move every cut back while the op before
+        // each occurrence is the same one (the iteration starts where they part).
+        let mut back = 0;
+        while back + 1 < modal
+            && at[0] > back
+            && at.iter().all(|&k| s[k - back - 1] == s[at[0] - back - 1])
+        {
+            back += 1;
+        }
+        let starts: Vec<usize> = at.iter().map(|&k| k - back).collect();
+        let mut cuts: Vec<(usize, usize)> = starts.windows(2).map(|w| (w[0], w[1])).collect();
+        // The last iteration: as many ops after the last start as a step has, when they
+        // are the ops of the most common step (ops after the loop are left out).
+        let mut shifted: HashMap<u64, usize> = HashMap::new();
+        for &(x, y) in &cuts {
+            *shifted.entry(hash(x, y)).or_default() += 1;
+        }
+        let common = shifted
+            .into_iter()
+            .max_by_key(|&(h, c)| (c, h))
+            .map(|x| x.0);
+        let last = *starts.last().expect("at least MIN_REPEATS");
+        if last + modal <= s.len() && Some(hash(last, last + modal)) == common {
+            cuts.push((last, last + modal));
+        }
+        if cuts.len() < MIN_REPEATS {
+            continue;
+        }
+        let r = cuts
+            .iter()
+            .enumerate()
+            .map(|(i, &(x, y))| {
+                let first = &p.ops[seq[x] as usize];
+                let end = seq[x..y]
+                    .iter()
+                    .map(|&o| p.ops[o as usize].end_ns())
+                    .max()
+                    .unwrap_or(first.end_ns());
+                (first.ts_ns, end, format!("step {}", i + 1))
+            })
+            .collect();
+        let name = p.ops[seq[starts[0]] as usize].name.to_string();
+        return Some((name, modal, r));
+    }
+    None
+}
+
+/// Most steps a repeating op sequence may cut a trace into.
+const MAX_OP_STEPS: usize = 10_000;
+/// Anchor ops tried (each costs one pass over the sequence).
+const MAX_ANCHORS: usize = 64;
+
+/// The most common segment length (ties: the longer).
+fn modal_len(segs: &[(usize, usize)]) -> Option<usize> {
+    let mut n: HashMap<usize, usize> = HashMap::new();
+    for &(a, b) in segs {
+        *n.entry(b - a).or_default() += 1;
+    }
+    n.into_iter().max_by_key(|&(len, c)| (c, len)).map(|x| x.0)
 }
 
 /// Turn host ranges into steps. Work belongs to the step whose host range launched it
@@ -150,7 +394,7 @@ fn repeating_frame(p: &Profile) -> Option<Repeats> {
 /// times: host-bound, that is the next step's host start; GPU-bound (the host runs
 /// ahead of a busy GPU), it is when the step's GPU work ends, so the step time is the
 /// real iteration period rather than the time the host took to queue it.
-fn close_steps(p: &Profile, ranges: Vec<(i64, i64, String)>) -> Vec<Step> {
+fn close_steps(p: &Profile, ranges: Vec<HostRange>) -> Vec<Step> {
     let n = ranges.len();
     let mut out: Vec<Step> = Vec::with_capacity(n);
     let mut window_start = ranges.first().map_or(0, |r| r.0);
@@ -189,4 +433,32 @@ fn last_gpu_end_launched_in(p: &Profile, start: i64, end: i64) -> Option<i64> {
         .filter_map(|r| r.gpu)
         .map(|g| p.gpu[g as usize].end_ns())
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(depth: u32, count: usize, covered: i64, span: i64, work: f64) -> Repeating {
+        Repeating {
+            depth,
+            count,
+            covered_ns: covered,
+            span_ns: span,
+            work_share: work,
+        }
+    }
+
+    #[test]
+    fn the_outermost_qualifying_repeat_wins() {
+        let c = [
+            cand(3, 40, 900, 1000, 0.95), // a layer called in every step
+            cand(1, 5, 980, 1000, 0.97),  // the step
+            cand(0, 5, 100, 1000, 0.97),  // not back to back
+            cand(0, 9, 990, 1000, 0.10),  // a loop without the work
+        ];
+        assert_eq!(choose_repeating(&c), Some(1));
+        assert_eq!(choose_repeating(&c[2..]), None);
+        assert_eq!(choose_repeating(&[cand(0, 1, 10, 10, 1.0)]), None);
+    }
 }

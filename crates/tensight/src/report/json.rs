@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.5",
+//!   "schema_version": "1.6",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
 //!   "bundle": {                                // since 1.1; null unless a bundle was read
@@ -64,6 +64,9 @@
 //!   "top_ops_gpu": [ { "name", "count", "gpu_ms", "cpu_ms" } ],
 //!   "top_ops_cpu": [ { "name", "count", "gpu_ms", "cpu_ms" } ],
 //!   "syncs": [ { "api", "op", "source", "step", "dur_ms", "gpu_idle_after_ms" } ],
+//!   "syncs_outside": [ { "api", "op", "source",  // since 1.6: the program's syncs
+//!                        "position": "before"|"after",  // outside every step's host
+//!                        "dur_ms" } ],          // range (timing code, loop edges)
 //!   "compute": { "shapes_recorded", "flops", "flop_op_bytes", "total_bytes",
 //!                "flop_kernel_ms", "low_precision_flops_pct", "dominant_dtype",
 //!                "modelled": true },
@@ -122,7 +125,7 @@ use super::Report;
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.5";
+pub const SCHEMA_VERSION: &str = "1.6";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
@@ -229,6 +232,13 @@ pub fn to_value(r: &Report) -> Value {
             "step": sp.step,
             "dur_ms": ms(sp.dur_ns),
             "gpu_idle_after_ms": ms(sp.gpu_idle_after_ns),
+        })).collect::<Vec<_>>(),
+        "syncs_outside": m.timeline.syncs_outside.iter().map(|sp| json!({
+            "api": sp.api,
+            "op": sp.op.map(|o| r.op_name(o)),
+            "source": sp.op.and_then(|o| r.op_source(o)),
+            "position": sp.position,
+            "dur_ms": ms(sp.dur_ns),
         })).collect::<Vec<_>>(),
         "compute": {
             "shapes_recorded": m.compute.shapes_recorded,

@@ -188,7 +188,7 @@ fn header(out: &mut String, r: &Report, t: &Term) {
     let s = &r.metrics.summary;
     let _ = writeln!(
         out,
-        "{} {} analysed, found by {}",
+        "{} {} analysed: {}",
         t.dim("steps "),
         s.steps,
         s.step_source
@@ -567,7 +567,17 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
                 fmt_bytes(s.d2h.bytes as f64 / n)
             );
         }
-        let _ = writeln!(out, "Host syncs:       {:.1} per step", s.syncs as f64 / n);
+        let outside = r.metrics.timeline.syncs_outside.len();
+        let _ = writeln!(
+            out,
+            "Host syncs:       {:.1} per step{}",
+            s.syncs as f64 / n,
+            if outside > 0 {
+                format!(" · {outside} outside the steps (not per step)")
+            } else {
+                String::new()
+            }
+        );
     } else {
         let _ = writeln!(
             out,

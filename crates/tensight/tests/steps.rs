@@ -1,0 +1,189 @@
+//! Steps of plain traces (no `ProfilerStep#N`): the loop body found from a repeating
+//! Python frame even when the host queues every iteration long before the GPU runs
+//! it, from a repeating op sequence without stacks, from optimizer steps under
+//! gradient accumulation; and syncs outside the steps reported as such.
+
+use tensight::model::StepSource;
+use tensight::testing::{codes, TraceBuilder};
+
+/// `n` calls of `bench.py(10): step` back to back on the host (`host_us` each), each
+/// launching two kernels of `kernel_us` that the GPU runs one after the other, then a
+/// `torch.cuda.synchronize()` after the loop (under a `<module>` frame), and one before.
+fn gpu_bound_loop(n: usize, host_us: f64, kernel_us: f64, stacks: bool) -> TraceBuilder {
+    let mut b = TraceBuilder::new();
+    let total = 100.0 + n as f64 * 2.0 * kernel_us + 500.0;
+    if stacks {
+        b.frame("bench.py(1): <module>", 0.0, total);
+    }
+    let s0 = b.op("aten::empty", 1.0, 2.0);
+    b.runtime("cudaDeviceSynchronize", 3.0, 5.0, Some(s0));
+    let mut gpu = 100.0;
+    for i in 0..n {
+        let t = 20.0 + i as f64 * host_us;
+        if stacks {
+            b.frame("bench.py(10): step", t, host_us - 1.0);
+        }
+        for k in 0..2 {
+            let ts = t + 1.0 + k as f64 * (host_us / 3.0);
+            let mm = b.op("aten::mm", ts, host_us / 4.0);
+            b.kernel(
+                "sm90_xmma_gemm_bf16",
+                mm,
+                ts + 1.0,
+                gpu,
+                kernel_us,
+                [132, 1, 1],
+                [384, 1, 1],
+            );
+            gpu += kernel_us;
+        }
+        let s = b.op("aten::sum", t + host_us * 0.8, host_us / 10.0);
+        b.kernel(
+            "reduce_kernel",
+            s,
+            t + host_us * 0.8 + 1.0,
+            gpu,
+            5.0,
+            [1, 1, 1],
+            [512, 1, 1],
+        );
+        gpu += 5.0;
+    }
+    let after = 20.0 + n as f64 * host_us + 5.0;
+    let sync = b.op("aten::empty", after, 1.0);
+    b.runtime(
+        "cudaDeviceSynchronize",
+        after + 1.0,
+        gpu - after,
+        Some(sync),
+    );
+    b
+}
+
+#[test]
+fn a_gpu_bound_function_loop_is_found_by_its_frame() {
+    // The host queues all 5 iterations in 0.5 ms; the GPU takes 10 ms.
+    let r = gpu_bound_loop(5, 100.0, 1000.0, true).report();
+    assert_eq!(
+        r.profile.step_source,
+        StepSource::PythonFrame {
+            frame: "bench.py(10): step".into()
+        }
+    );
+    let steps = &r.metrics.timeline.steps;
+    assert_eq!(steps.len(), 5);
+    // Each step lasts the iteration period (two 1 ms kernels and a 5 µs one).
+    for s in &steps[1..] {
+        let ms = s.dur_ns as f64 / 1e6;
+        assert!((ms - 2.005).abs() < 0.05, "step {} lasts {ms} ms", s.name);
+    }
+    // The syncs before and after the loop are outside the steps: no per-step sync.
+    let t = &r.metrics.timeline;
+    assert!(t.syncs.is_empty(), "{:?}", t.syncs);
+    let pos: Vec<&str> = t.syncs_outside.iter().map(|o| o.position).collect();
+    assert_eq!(pos, ["before", "after"]);
+    assert!(!codes(&r).contains(&"S001"), "{:?}", codes(&r));
+}
+
+#[test]
+fn without_stacks_the_repeating_op_sequence_cuts_the_steps() {
+    let r = gpu_bound_loop(6, 100.0, 1000.0, false).report();
+    match &r.profile.step_source {
+        StepSource::OpSequence {
+            first_op,
+            ops_per_step,
+        } => {
+            assert_eq!(first_op, "aten::mm");
+            assert_eq!(*ops_per_step, 3);
+        }
+        other => panic!("steps found by {other:?}"),
+    }
+    assert_eq!(r.metrics.timeline.steps.len(), 6);
+    assert!(r.metrics.timeline.syncs.is_empty());
+}
+
+#[test]
+fn a_trace_where_nothing_repeats_is_one_step() {
+    let mut b = TraceBuilder::new();
+    for (i, name) in ["aten::mm", "aten::relu", "aten::sum", "aten::add"]
+        .iter()
+        .enumerate()
+    {
+        b.op(name, i as f64 * 10.0, 5.0);
+    }
+    let r = b.report();
+    assert_eq!(r.profile.step_source, StepSource::WholeTrace);
+    assert_eq!(r.metrics.timeline.steps.len(), 1);
+}
+
+#[test]
+fn optimizer_steps_win_over_a_frame_that_repeats_per_micro_batch() {
+    // Gradient accumulation: `train.py(20): micro_step` 4 times per optimizer step.
+    let mut b = TraceBuilder::new();
+    let mut t = 0.0;
+    for _ in 0..4 {
+        for _ in 0..4 {
+            b.frame("train.py(20): micro_step", t, 90.0);
+            let o = b.op("aten::mm", t + 5.0, 50.0);
+            b.kernel("gemm", o, t + 10.0, t + 20.0, 40.0, [8, 1, 1], [128, 1, 1]);
+            t += 100.0;
+        }
+        b.annotation("Optimizer.step#AdamW.step", t, 30.0);
+        let o = b.op("aten::_foreach_add_", t + 2.0, 20.0);
+        b.kernel(
+            "multi_tensor_apply_kernel",
+            o,
+            t + 5.0,
+            t + 10.0,
+            10.0,
+            [4, 1, 1],
+            [512, 1, 1],
+        );
+        t += 40.0;
+    }
+    let r = b.report();
+    assert!(
+        matches!(r.profile.step_source, StepSource::Annotation { .. }),
+        "{:?}",
+        r.profile.step_source
+    );
+    // Between 4 optimizer steps: 3 iterations of 440 µs.
+    let steps = &r.metrics.timeline.steps;
+    assert_eq!(steps.len(), 3);
+    for s in steps {
+        assert_eq!(s.dur_ns, 440_000, "{}", s.name);
+    }
+}
+
+#[test]
+fn a_repeated_frame_without_the_work_is_no_step() {
+    // `load.py(5): read_file` repeats 10 times before the real loop, which runs inline
+    // (no frame of its own): the op sequence, not the file reader, makes the steps.
+    let mut b = TraceBuilder::new();
+    b.frame("load.py(1): <module>", 0.0, 10_000.0);
+    for i in 0..10 {
+        b.frame("load.py(5): read_file", 10.0 + i as f64 * 20.0, 15.0);
+    }
+    for i in 0..5 {
+        let t = 1_000.0 + i as f64 * 500.0;
+        for (k, name) in ["aten::mm", "aten::relu", "aten::sum"].iter().enumerate() {
+            let o = b.op(name, t + k as f64 * 100.0, 50.0);
+            b.kernel(
+                "k",
+                o,
+                t + k as f64 * 100.0 + 5.0,
+                t + k as f64 * 100.0 + 20.0,
+                50.0,
+                [1, 1, 1],
+                [32, 1, 1],
+            );
+        }
+    }
+    let r = b.report();
+    assert!(
+        matches!(r.profile.step_source, StepSource::OpSequence { .. }),
+        "{:?}",
+        r.profile.step_source
+    );
+    assert_eq!(r.metrics.timeline.steps.len(), 5);
+}
