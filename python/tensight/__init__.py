@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from tensight import _native  # type: ignore[attr-defined]  # the Rust extension
+from tensight import _native  # the Rust extension (types: _native.pyi)
 from tensight.api import profile, profile_model
 
 __version__: str = _native.version()

@@ -8,28 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tensight import _native  # type: ignore[attr-defined]  # the Rust extension
+from tensight import _native  # the Rust extension (types: _native.pyi)
 
 __all__ = ["profile_model", "profile", "results_from_report", "analyze_bundle"]
 
 
 def analyze_bundle(bundle: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON report of a bundle, as a dict (raises ``ValueError`` with the reason)."""
-    bundle = Path(bundle)
-    try:
-        return json.loads(_native.analyze_json(str(bundle)))
-    except ValueError:
-        trace = bundle / "trace.json.gz"  # an engine that does not read bundles yet
-        if bundle.is_dir() and trace.exists():
-            return json.loads(_native.analyze_json(str(trace)))
-        raise
+    report: dict[str, Any] = json.loads(_native.analyze_json(os.fspath(bundle)))
+    return report
 
 
 def results_from_report(report: dict[str, Any], bundle: str | os.PathLike[str]) -> dict[str, Any]:
@@ -55,15 +47,7 @@ def results_from_report(report: dict[str, Any], bundle: str | os.PathLike[str]) 
 
 def report_text(bundle: str | os.PathLike[str]) -> str:
     """The terminal report of a bundle, as text (no colors)."""
-    text_fn = getattr(_native, "report_text", None)
-    if text_fn is not None:
-        return str(text_fn(str(bundle)))
-    env = {**os.environ, "NO_COLOR": "1"}
-    r = subprocess.run([sys.executable, "-m", "tensight", "analyze", str(bundle)],
-                       capture_output=True, text=True, env=env, check=False)
-    if r.returncode not in (0, 1):  # 1: a finding at or above --fail-on
-        raise ValueError(r.stderr.strip() or f"tensight analyze exited {r.returncode}")
-    return r.stdout
+    return _native.report_text(os.fspath(bundle))
 
 
 def _bundle_dir(out: str | os.PathLike[str] | None) -> Path:

@@ -24,7 +24,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-RANGE = "tensight_repeat"
+from tensight.bundle import NVTX_REPEAT as RANGE
+
 
 
 def _leaf_key(x: Any) -> Any:

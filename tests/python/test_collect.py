@@ -65,19 +65,16 @@ def manifest(bundle: Path) -> dict[str, Any]:
     return data
 
 
-def trace_events(bundle: Path) -> list[dict[str, Any]]:
-    with gzip.open(bundle / "trace.json.gz", "rt") as f:
+def trace_events(bundle: Path, name: str = "trace.json.gz") -> list[dict[str, Any]]:
+    with gzip.open(bundle / name, "rt") as f:
         events: list[dict[str, Any]] = json.load(f)["traceEvents"]
     return events
 
 
 def profiler_steps(bundle: Path) -> list[str]:
-    """The recorded steps' markers, without the extra step that carried the execution
-    trace observer (``execution_trace_step`` in the manifest)."""
-    et_step = manifest(bundle).get("execution_trace_step")
+    """The timed steps' markers (the detail step has its own file)."""
     return sorted({e["name"] for e in trace_events(bundle)
-                   if str(e.get("name", "")).startswith("ProfilerStep#")
-                   and e["name"] != f"ProfilerStep#{et_step}"})
+                   if str(e.get("name", "")).startswith("ProfilerStep#")})
 
 
 def assert_passthrough(got: subprocess.CompletedProcess[str],
@@ -98,31 +95,42 @@ def test_training_script_writes_a_bundle(train_bundle: tuple[Path, Any]) -> None
     bundle, r = train_bundle
     assert r.returncode == 0, r.stderr
     m = manifest(bundle)
-    assert m["format"] == "tensight-bundle" and m["format_version"] == "1.0"
+    assert m["format"] == "tensight-bundle" and m["format_version"] == "1.1"
     assert m["tensight_version"] == tensight.__version__
     assert m["step_detection"] == "optimizer"
     assert (m["warmup_steps"], m["steps_requested"], m["steps_recorded"]) == (2, 3, 3)
     assert m["program"] == {"status": "completed", "exit_code": 0, "error": None}
-    assert m["files"] == {"trace": "trace.json.gz", "execution_trace": "et.json.gz", "ncu": None}
-    assert m["options"] == {"record_shapes": True, "with_stack": True, "with_modules": True,
-                            "profile_memory": True, "hardware": False}
+    assert m["files"] == {"trace": "trace.json.gz", "detail": "detail.json.gz",
+                          "execution_trace": "et.json.gz", "ncu": None}
+    lean = {"record_shapes": False, "with_stack": False, "with_modules": False,
+            "profile_memory": False}
+    full = {k: True for k in lean}
+    assert m["options"] == {"timed": lean, "detail": full, "hardware": False}
+    assert m["detail_step"] == 4 and m["step_loop"] is None
     assert m["device"] is None and m["cwd"] == os.getcwd()
     assert m["command"][0].endswith("train_cpu.py") and m["command"][1:] == ["12"]
     assert len(m["timing"]["step_ms_unprofiled"]) == 1  # step 2 (step 1 has no start)
     assert len(m["timing"]["step_ms_profiled"]) == 3
-    # steps 1-2 unprofiled, 3 the profiler's warm-up, 4-6 recorded
+    # steps 1-2 unprofiled, 3 the profiler's warm-up, 4-6 timed, 7 unprofiled, 8 detail
     assert profiler_steps(bundle) == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
-    names = {e.get("name") for e in trace_events(bundle)}
-    assert any(str(n).startswith("Optimizer.step#SGD") for n in names)
+    events = trace_events(bundle)
+    assert any(str(e.get("name")).startswith("Optimizer.step#SGD") for e in events)
+    # the timed steps are lean: no stacks, shapes or allocator events
+    assert not any(e.get("cat") == "python_function" for e in events)
+    assert not any("Input Dims" in e.get("args", {}) for e in events)
+    detail = trace_events(bundle, "detail.json.gz")
+    assert {e["name"] for e in detail if str(e.get("name")).startswith("ProfilerStep#")} == {
+        "ProfilerStep#4"}
+    assert any(e.get("cat") == "python_function" for e in detail)
     with gzip.open(bundle / "et.json.gz", "rt") as f:
         assert json.load(f)["nodes"]
-    assert sorted(p.name for p in bundle.iterdir()) == ["et.json.gz", "manifest.json",
-                                                       "trace.json.gz"]
+    assert sorted(p.name for p in bundle.iterdir()) == ["detail.json.gz", "et.json.gz",
+                                                       "manifest.json", "trace.json.gz"]
     ours = [line for line in r.stderr.splitlines() if line.startswith("tensight: ")]
     assert len(ours) == 3, r.stderr
     assert ours[0] == ("tensight: recording 3 steps (optimizer steps 4..6; "
                        "2 warm-up + 1 profiler warm-up before)")
-    assert ours[1].startswith("tensight: recorded 3 optimizer steps (exported in ")
+    assert ours[1] == "tensight: recorded 3 optimizer steps and a detail step"
     assert ours[2] == f"tensight: bundle written: {bundle.resolve()}"
 
 
@@ -249,7 +257,7 @@ def test_a_program_that_profiles_itself(tmp_path: Path) -> None:
 
 
 def test_cycle_learning() -> None:
-    from tensight.collect import _Cycle
+    from tensight.steps import Cycle as _Cycle
 
     c = _Cycle()  # D, G per iteration: provisional at the first D, then after each G
     assert [c.feed(k) for k in (1, 2, 1, 2, 1, 2)] == [True, False, False, True, False, True]
@@ -259,16 +267,14 @@ def test_cycle_learning() -> None:
     assert [c.feed(7) for _ in range(3)] == [True, True, True]
 
 
-def test_execution_trace_in_its_own_step(tmp_path: Path) -> None:
-    got = collected(tmp_path / "b", "train_cpu.py", "12", steps=2, warmup=1,
-                    extra={"TENSIGHT_ET": "step"})
+def test_execution_trace_in_the_detail_step(tmp_path: Path) -> None:
+    got = collected(tmp_path / "b", "train_cpu.py", "12", steps=2, warmup=1)
     assert got.returncode == 0, got.stderr
     m = manifest(tmp_path / "b")
-    assert m["steps_recorded"] == 2 and m["execution_trace_step"] == 3
+    assert m["steps_recorded"] == 2 and m["detail_step"] == 3
     assert len(m["timing"]["step_ms_profiled"]) == 2
     assert profiler_steps(tmp_path / "b") == ["ProfilerStep#1", "ProfilerStep#2"]
-    events = trace_events(tmp_path / "b")
-    assert any(e.get("name") == "ProfilerStep#3" for e in events)
+    events = trace_events(tmp_path / "b", "detail.json.gz")
     et_step = next(e for e in events if e.get("name") == "ProfilerStep#3")
     rf_ids = {e["args"]["Record function id"] for e in events
               if e.get("cat") == "cpu_op" and et_step["ts"] <= e["ts"] < et_step["ts"] + et_step["dur"]}
@@ -276,6 +282,22 @@ def test_execution_trace_in_its_own_step(tmp_path: Path) -> None:
         nodes = json.load(f)["nodes"]
     et_ids = {a["value"] for n in nodes for a in n.get("attrs", []) if a["name"] == "rf_id"}
     assert rf_ids and rf_ids <= et_ids
+    # the engine carries the detail step over to the timed steps
+    report = tensight.analyze(tmp_path / "b")
+    assert report["detail"]["step"] == "ProfilerStep#3"
+    assert report["detail"]["steps_carried"] == 2 and report["detail"]["shapes"] > 0
+    assert report["summary"]["steps"] == 2
+
+
+def test_full_timed_steps_keep_everything_in_one_trace(tmp_path: Path) -> None:
+    got = collected(tmp_path / "b", "train_cpu.py", "12", steps=2, warmup=1,
+                    extra={"TENSIGHT_TIMED": "full"})
+    assert got.returncode == 0, got.stderr
+    m = manifest(tmp_path / "b")
+    assert m["files"]["detail"] is None and m["detail_step"] is None
+    assert m["options"]["timed"]["with_stack"] is True
+    assert any(e.get("cat") == "python_function" for e in trace_events(tmp_path / "b"))
+    assert (tmp_path / "b" / "et.json.gz").exists()
 
 
 def test_stop_ends_the_program_once_recorded(tmp_path: Path) -> None:
@@ -406,7 +428,7 @@ def test_boot_hook_survives_spec_probes_and_a_python_launcher(tmp_path: Path) ->
 
     boot = Path(tensight.__file__).parent / "_boot"
     prog = ("import importlib.util; importlib.util.find_spec('torch'); import torch; "
-            "import tensight.collect as c; print('active', type(c._active).__name__)")
+            "import tensight.hardware as h; print('active', type(h._active).__name__)")
     launcher = f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', {prog!r}]).returncode)"
     env = {**os.environ, "TENSIGHT_BUNDLE": str(tmp_path), "TENSIGHT_HARDWARE": "1",
            "TENSIGHT_HARDWARE_STEP": "3", "PYTHONPATH": str(boot)}

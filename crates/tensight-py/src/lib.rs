@@ -4,7 +4,8 @@
 //! wheel carries both the CLI and the API); `analyze_json(path)` and `demo_json()`
 //! return the JSON report (schema in the engine's `report::json` module) as a string,
 //! which `tensight.analyze()` turns into a dict; `report_text(path)` returns the text
-//! report without colour (`p.report()`). `path` may be a trace file, a folder holding
+//! report without colour (`p.report()`); `choose_loop(candidates)` is the engine's step
+//! loop choice for the collector's live loop watch. `path` may be a trace file, a folder holding
 //! one, or a bundle folder. No logic lives here.
 
 use pyo3::exceptions::PyValueError;
@@ -51,6 +52,27 @@ fn value_error(py: Python<'_>, e: tensight::Error) -> PyErr {
     err
 }
 
+/// Which candidate loop is the step loop (`tensight.loops` asks, live): each candidate
+/// is `(depth, count, covered_ns, span_ns, work_share)` as in the engine's
+/// `model::steps::Repeating`; returns its index, or None when none qualifies. The same
+/// choice the engine makes between repeating Python frames of a plain trace.
+#[pyfunction]
+fn choose_loop(candidates: Vec<(u32, usize, i64, i64, f64)>) -> Option<usize> {
+    let c: Vec<tensight::model::steps::Repeating> = candidates
+        .into_iter()
+        .map(
+            |(depth, count, covered_ns, span_ns, work_share)| tensight::model::steps::Repeating {
+                depth,
+                count,
+                covered_ns,
+                span_ns,
+                work_share,
+            },
+        )
+        .collect();
+    tensight::model::steps::choose_repeating(&c)
+}
+
 /// The engine's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -63,5 +85,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze_json, m)?)?;
     m.add_function(wrap_pyfunction!(report_text, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(choose_loop, m)?)?;
     Ok(())
 }

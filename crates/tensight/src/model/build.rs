@@ -350,3 +350,21 @@ fn window(p: &mut Profile) {
         p.meta.end_ns = hi;
     }
 }
+
+/// Python frames were added after [`finish`] (the detail step's, carried over to the
+/// timed steps): sort and nest them again and give every op its innermost frame anew.
+pub(crate) fn refinish_frames(p: &mut Profile) {
+    p.python_frames.sort_by(|a, b| {
+        (a.pid, a.tid, a.ts_ns, -a.dur_ns).cmp(&(b.pid, b.tid, b.ts_ns, -b.dur_ns))
+    });
+    nest_frames(&mut p.python_frames);
+    for op in &mut p.ops {
+        op.py_frame = None;
+    }
+    if let Some(frames) = attach_frames(&p.ops, &p.python_frames) {
+        for (op, f) in p.ops.iter_mut().zip(frames) {
+            op.py_frame = f;
+        }
+    }
+    p.memory.sort_by_key(|m| m.ts_ns);
+}

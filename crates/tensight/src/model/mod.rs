@@ -13,6 +13,7 @@
 
 mod build;
 mod classify;
+pub mod detail;
 pub mod hardware;
 pub mod steps;
 
@@ -59,6 +60,10 @@ pub struct Profile {
     pub execution_trace: Option<ExecTrace>,
     /// What the bundle's manifest says about the run (`None` for a bare trace).
     pub bundle: Option<BundleInfo>,
+    /// What the detail step gave the timed steps (`None` without one: plain traces,
+    /// bundles of format 1.0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<detail::DetailInfo>,
     /// Nsight Compute counters per kernel, aligned with `gpu` (`None` without a
     /// hardware pass: `analyze --ncu FILE` or a bundle's `files.ncu`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -894,8 +899,10 @@ pub struct BundleInfo {
     pub command: Vec<String>,
     /// Working directory of the program.
     pub cwd: Option<String>,
-    /// How the collector found steps: `optimizer`, `forward` or `whole_program`.
+    /// How the collector found steps: `optimizer`, `forward`, `loop` or `whole_program`.
     pub step_detection: Option<String>,
+    /// The loop whose iterations were the steps (`loop`): `bench.py(12) in main`.
+    pub step_loop: Option<String>,
     /// Steps skipped before recording.
     pub warmup_steps: Option<u64>,
     /// Steps asked for (`--steps`).
@@ -903,7 +910,8 @@ pub struct BundleInfo {
     /// Steps actually recorded.
     pub steps_recorded: Option<u64>,
     /// The extra `ProfilerStep#k` that carried the execution-trace observer (its ~40 µs
-    /// per op would distort timing), excluded from the analysed steps.
+    /// per op would distort timing), excluded from the analysed steps: the detail step
+    /// (format 1.1, in `files.detail`) or a step of `files.trace` (1.0).
     pub execution_trace_step: Option<u64>,
     /// Collector options as written (free-form object).
     pub options: serde_json::Value,
@@ -972,8 +980,10 @@ pub struct ProgramOutcome {
 /// Files a bundle holds, relative to its folder; `None` when not recorded.
 #[derive(Debug, Default, Clone, Serialize, PartialEq)]
 pub struct BundleFiles {
-    /// Kineto trace.
+    /// Kineto trace of the timed steps.
     pub trace: Option<String>,
+    /// Kineto trace of the detail step (stacks, shapes, allocator events).
+    pub detail: Option<String>,
     /// Execution trace.
     pub execution_trace: Option<String>,
     /// Nsight Compute CSV of the hardware pass.

@@ -424,6 +424,34 @@ fn close_steps(p: &Profile, ranges: Vec<HostRange>) -> Vec<Step> {
     out
 }
 
+/// Leave the step `name` out of `p.steps` (a step the analysis must not time, such as
+/// the bundle's detail step): the step before it ends again where its own host range and
+/// GPU work end (it had been held open until the left-out step began).
+pub fn leave_out(p: &mut Profile, name: &str) {
+    let Some(i) = p.steps.iter().position(|s| s.name == name) else {
+        return;
+    };
+    if p.steps.len() < 2 {
+        return;
+    }
+    let removed = p.steps.remove(i);
+    let Some(prev) = i.checked_sub(1) else {
+        return;
+    };
+    let s = &p.steps[prev];
+    let gpu_end =
+        last_gpu_end_launched_in(p, s.host_start_ns, removed.host_start_ns - 1).unwrap_or(i64::MIN);
+    let done = s.cpu_end_ns.max(gpu_end).max(s.start_ns);
+    let end = match p.steps.get(i) {
+        Some(next) => done.max(next.host_start_ns),
+        None => done,
+    };
+    p.steps[prev].end_ns = end;
+    if let Some(next) = p.steps.get_mut(i) {
+        next.start_ns = end;
+    }
+}
+
 /// Latest end of GPU work whose launching runtime call started in [start, end].
 fn last_gpu_end_launched_in(p: &Profile, start: i64, end: i64) -> Option<i64> {
     let lo = p.runtime.partition_point(|r| r.ts_ns < start);

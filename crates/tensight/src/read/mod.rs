@@ -151,6 +151,53 @@ fn load_file(file: &Path) -> Result<Loaded> {
     Ok(loaded)
 }
 
+/// Read the Kineto traces `trace` and `detail` (a second profiler session of the same
+/// process: the bundle's detail step) into one profile, and finish it. A detail file
+/// that cannot be read is a warning.
+pub(crate) fn load_with_detail(trace: &Path, detail: &Path) -> Result<Loaded> {
+    let shown = trace.display().to_string();
+    let (bytes, info) = source::open(trace)?;
+    let mut warnings = Vec::new();
+    if let Some(e) = &info.gzip_truncated {
+        warnings.push(format!(
+            "the gzip stream ends early ({e}): read the {} bytes before the cut",
+            bytes.len()
+        ));
+    }
+    let mut profile = Profile::default();
+    read_into(
+        &shown,
+        &bytes,
+        &|s, e| bytes.release(s, e),
+        &mut profile,
+        &mut warnings,
+    )?;
+    drop(bytes);
+    let shown_detail = detail.display().to_string();
+    let read_detail = |profile: &mut Profile, warnings: &mut Vec<String>| -> Result<()> {
+        let (bytes, info) = source::open(detail)?;
+        if let Some(e) = &info.gzip_truncated {
+            return Err(Error::new(format!("the gzip stream ends early ({e})")));
+        }
+        read_into(
+            &shown_detail,
+            &bytes,
+            &|s, e| bytes.release(s, e),
+            profile,
+            warnings,
+        )
+    };
+    if let Err(e) = read_detail(&mut profile, &mut warnings) {
+        warnings.push(format!(
+            "the detail step {} not used (no stacks, shapes or allocator events): {}",
+            detail.display(),
+            e.message
+        ));
+    }
+    model::finish(&mut profile);
+    Ok(Loaded { profile, warnings })
+}
+
 /// Read and finish a profile from bytes already in memory (plain JSON or gzip).
 pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
     if let Some(out) = gunzipped(bytes) {
@@ -184,6 +231,21 @@ const INCOMPLETE: &str =
 fn parse(shown: &str, bytes: &[u8], release: &(dyn Fn(usize, usize) + Sync)) -> Result<Loaded> {
     let mut warnings = Vec::new();
     let mut profile = Profile::default();
+    read_into(shown, bytes, release, &mut profile, &mut warnings)?;
+    model::finish(&mut profile);
+    Ok(Loaded { profile, warnings })
+}
+
+/// Read the Kineto trace in `bytes` into `profile` (not finished: a second trace of the
+/// same process may follow).
+fn read_into(
+    shown: &str,
+    bytes: &[u8],
+    release: &(dyn Fn(usize, usize) + Sync),
+    profile: &mut Profile,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let had_events = !profile.ops.is_empty();
     match sniff(bytes) {
         Sniffed::Json => {}
         Sniffed::NcuCsv => {
@@ -201,7 +263,7 @@ fn parse(shown: &str, bytes: &[u8], release: &(dyn Fn(usize, usize) + Sync)) -> 
         }
     }
     use kineto::NotATrace;
-    match kineto::read_releasing(bytes, release, &mut profile, &mut warnings) {
+    match kineto::read_releasing(bytes, release, profile, warnings) {
         Ok(()) => {}
         Err(NotATrace::NotJson) => {
             return Err(Error::new(format!("failed to read trace {shown}: not JSON")));
@@ -234,8 +296,10 @@ fn parse(shown: &str, bytes: &[u8], release: &(dyn Fn(usize, usize) + Sync)) -> 
             )))
         }
     }
-    profile.meta.source = shown.to_string();
-    profile.meta.json_bytes = bytes.len() as u64;
+    if !had_events {
+        profile.meta.source = shown.to_string();
+    }
+    profile.meta.json_bytes += bytes.len() as u64;
     if profile.ops.is_empty() && profile.gpu.is_empty() && profile.runtime.is_empty() {
         let c = &profile.counters.counters;
         if let Some(bad) = c.iter().find(|c| c.name == "unparseable_event") {
@@ -251,8 +315,7 @@ fn parse(shown: &str, bytes: &[u8], release: &(dyn Fn(usize, usize) + Sync)) -> 
         ))
         .with_hint("the profiler may have stopped before the first step; profile more steps"));
     }
-    model::finish(&mut profile);
-    Ok(Loaded { profile, warnings })
+    Ok(())
 }
 
 fn printable_head(b: &[u8]) -> String {

@@ -13,18 +13,24 @@
 //!     "device": { "name": str, "total_memory_bytes": int|null,
 //!                 "capability": [int, int]|null, "multi_processor_count": int|null } | null,
 //!     "command": [str], "cwd": str|null,
-//!     "step_detection": "optimizer"|"forward"|"whole_program"|null,
+//!     "step_detection": "optimizer"|"forward"|"loop"|"whole_program"|null,
+//!     "step_loop": str|null,                   // since 1.6: `bench.py(12) in main`
 //!     "warmup_steps", "steps_requested", "steps_recorded": int|null,
 //!     "options": {...},                        // collector options, as written
 //!     "program": { "status": "completed"|"crashed"|"running"|str,
 //!                  "exit_code": int|null, "error": str|null },
-//!     "files": { "trace", "execution_trace", "ncu": str|null },  // relative to dir
+//!     "files": { "trace", "detail", "execution_trace", "ncu": str|null },  // relative
+//!                                              // to dir; detail since 1.6
 //!     "timing": { "step_ms_unprofiled": [float], "step_ms_profiled": [float],
 //!                 "step_ms_unprofiled_gpu": [float] },  // _gpu since 1.3
 //!     "hardware": { "status": "recorded"|"skipped"|"failed", "reason": str|null,
 //!                   "step", "kernels": int|null, "launches": str|null,  // since 1.5
 //!                   "op_calls", "op_repeats": int|null, "wall_s": float|null } | null
 //!   } | null,
+//!   "detail": { "step": str,                   // since 1.6; null without a detail step:
+//!               "steps_carried", "steps": int, // its stacks, shapes and allocator
+//!               "ops_matched_pct": float,      // events carried to the timed steps
+//!               "frames", "shapes", "memory_events": int } | null,
 //!   "execution_trace": { "source": str, "schema": str,   // since 1.1; null without one
 //!                        "nodes": int, "linked": int,   // nodes linked to a Kineto op
 //!                        "tensors": int } | null,       // tensor arguments recorded
@@ -146,6 +152,7 @@ pub fn to_value(r: &Report) -> Value {
         "tensight_version": env!("CARGO_PKG_VERSION"),
         "input": r.input,
         "bundle": r.profile.bundle,
+        "detail": r.profile.detail,
         "execution_trace": r.profile.execution_trace.as_ref().map(|et| json!({
             "source": et.source,
             "schema": et.schema,

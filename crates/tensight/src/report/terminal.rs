@@ -185,6 +185,20 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             );
         }
     }
+    if let Some(d) = &r.profile.detail {
+        let text = if d.steps_carried == 0 {
+            format!(
+                "{}: its ops did not align with any timed step's, so those have no stacks or shapes",
+                d.step
+            )
+        } else {
+            format!(
+                "stacks, shapes and allocator events of {} carried to {} of {} timed steps ({:.0}% of ops aligned)",
+                d.step, d.steps_carried, d.steps, d.ops_matched_pct
+            )
+        };
+        labelled(out, t, "detail", &text);
+    }
     let s = &r.metrics.summary;
     let _ = writeln!(
         out,
@@ -342,6 +356,10 @@ fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
     let found = match b.step_detection.as_deref() {
         Some("optimizer") => "optimizer.step() calls".to_string(),
         Some("forward") => "top-level module forward calls".to_string(),
+        Some("loop") => match &b.step_loop {
+            Some(l) => format!("the loop at {l}"),
+            None => "a loop of the program".to_string(),
+        },
         Some(other) => other.to_string(),
         None => "not stated".to_string(),
     };

@@ -1,30 +1,29 @@
 //! Bundle reader: the folder `tensight run` writes.
 //!
-//! Input: a folder holding `manifest.json` (`{"format": "tensight-bundle",
-//! "format_version": "MAJOR.MINOR", ...}`, written by the Python collector), the Kineto
-//! trace it names (`files.trace`) and, when recorded, the execution trace
-//! (`files.execution_trace`). Output: the linked [`Profile`](crate::model::Profile) with
-//! [`BundleInfo`] set. A major `format_version` this reader does not know is refused
-//! (the hint says to upgrade); unknown fields are ignored and fields of the wrong type
-//! read as absent, so newer minor versions load. A missing or unreadable execution
-//! trace is a warning, not an error: the timeline alone still makes a report.
-//! The Nsight Compute file (`files.ncu`), when present, is read and aligned
-//! ([`super::ncu`]).
+//! Input: a folder holding `manifest.json` ([`manifest::Manifest`], the typed contract
+//! with the collector), the Kineto trace of the timed steps (`files.trace`), the detail
+//! step's trace (`files.detail`, format 1.1: stacks, shapes and allocator events of one
+//! more step, carried over to the timed steps by [`crate::model::detail`]) and the
+//! execution trace (`files.execution_trace`). Output: the linked
+//! [`Profile`](crate::model::Profile) with [`BundleInfo`] set. A major `format_version`
+//! this reader does not know is refused (the hint says to upgrade); unknown fields are
+//! ignored and fields of the wrong type read as absent, so newer minor versions load. A
+//! missing or unreadable detail step or execution trace is a warning, not an error: the
+//! timeline alone still makes a report. The Nsight Compute file (`files.ncu`), when
+//! present, is read and aligned ([`super::ncu`]).
+
+pub mod manifest;
 
 use super::{execution_trace, load_file, Loaded};
 use crate::error::{Error, Result};
 use crate::model::{
     BundleDevice, BundleFiles, BundleHardware, BundleInfo, BundleTiming, ProgramOutcome,
 };
-use serde_json::Value;
+use manifest::Manifest;
 use std::path::{Path, PathBuf};
 
-/// Name of the manifest inside a bundle.
+/// Name of the manifest inside a bundle (`contract.json`'s `files.manifest`).
 pub const MANIFEST: &str = "manifest.json";
-/// The manifest's `format`.
-pub const FORMAT: &str = "tensight-bundle";
-/// The bundle format version this tensight writes; it reads every `1.x`.
-pub const FORMAT_VERSION: &str = "1.0";
 const READS_MAJOR: u64 = 1;
 
 /// The bundle folder `path` names: the folder itself when it holds a manifest, or the
@@ -68,7 +67,7 @@ fn io_cause(e: &std::io::Error) -> String {
 /// Parse manifest bytes; `dir` is the bundle folder as shown in messages.
 pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
     let fail = |why: String| Error::new(format!("failed to read bundle {dir}: {why}"));
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         let cut = e.is_eof();
         let err = fail(format!("{MANIFEST} is not valid JSON ({e})"));
         if cut {
@@ -79,28 +78,30 @@ pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
             err
         }
     })?;
-    let Some(obj) = v.as_object() else {
+    if !v.is_object() {
         return Err(fail(format!("{MANIFEST} is not a JSON object")));
-    };
-    match obj.get("format").and_then(Value::as_str) {
-        Some(FORMAT) => {}
-        Some(other) => {
-            return Err(fail(format!(
-                "{MANIFEST} has format \"{other}\", not \"{FORMAT}\""
-            )))
-        }
-        None => return Err(fail(format!(
+    }
+    let m: Manifest = serde_json::from_value(v)
+        .map_err(|e| fail(format!("{MANIFEST} does not read as a manifest ({e})")))?;
+    let format = &manifest::contract().format;
+    match m.format.as_str() {
+        f if f == format => {}
+        "" => return Err(fail(format!(
             "{MANIFEST} is not a tensight bundle manifest (no \"format\")"
         ))
         .with_hint(
             "a bundle is the folder `tensight run` writes; to analyze a trace file, pass the file",
         )),
+        other => {
+            return Err(fail(format!(
+                "{MANIFEST} has format \"{other}\", not \"{format}\""
+            )))
+        }
     }
-    let version = match obj.get("format_version") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => return Err(fail(format!("{MANIFEST} has no \"format_version\""))),
-    };
+    let version = m.format_version.clone();
+    if version.is_empty() {
+        return Err(fail(format!("{MANIFEST} has no \"format_version\"")));
+    }
     let major = version
         .split('.')
         .next()
@@ -122,92 +123,77 @@ pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
             .with_hint("upgrade tensight (pip install --upgrade tensight), or record the bundle again with this version"))
         }
     }
-    let s = |o: &Value, k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
-    let u = |o: &Value, k: &str| o.get(k).and_then(Value::as_u64);
-    let device = v
-        .get("device")
-        .filter(|d| d.is_object())
-        .map(|d| BundleDevice {
-            name: s(d, "name").unwrap_or_default(),
-            total_memory_bytes: u(d, "total_memory_bytes"),
-            capability: d
-                .get("capability")
-                .and_then(Value::as_array)
-                .and_then(|c| Some([c.first()?.as_i64()?, c.get(1)?.as_i64()?])),
-            multi_processor_count: u(d, "multi_processor_count")
-                .and_then(|n| u32::try_from(n).ok()),
-        });
-    let command = match v.get("command") {
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| match x {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            })
-            .collect(),
-        Some(Value::String(s)) => vec![s.clone()],
-        _ => Vec::new(),
-    };
-    let empty = Value::Null;
-    let program = v.get("program").unwrap_or(&empty);
-    let files = v.get("files").unwrap_or(&empty);
-    let timing = v.get("timing").unwrap_or(&empty);
-    let floats = |k: &str| -> Vec<f64> {
-        timing
-            .get(k)
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default()
-    };
-    Ok(BundleInfo {
+    Ok(info_of(dir, m))
+}
+
+/// The model's view of a manifest.
+fn info_of(dir: &str, m: Manifest) -> BundleInfo {
+    let nonempty = |s: Option<String>| s.filter(|x| !x.is_empty());
+    let step_loop = m.step_loop.as_ref().map(|l| {
+        let file = l.file.as_deref().unwrap_or("?");
+        let file = Path::new(file)
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or(file);
+        format!(
+            "{file}({}) in {}",
+            l.line.map_or("?".into(), |n| n.to_string()),
+            l.function.as_deref().unwrap_or("?")
+        )
+    });
+    BundleInfo {
         dir: dir.to_string(),
-        format_version: version,
-        tensight_version: s(&v, "tensight_version"),
-        python_version: s(&v, "python_version"),
-        torch_version: s(&v, "torch_version"),
-        cuda_version: s(&v, "cuda_version"),
-        device,
-        command,
-        cwd: s(&v, "cwd"),
-        step_detection: s(&v, "step_detection"),
-        warmup_steps: u(&v, "warmup_steps"),
-        steps_requested: u(&v, "steps_requested"),
-        steps_recorded: u(&v, "steps_recorded"),
-        execution_trace_step: u(&v, "execution_trace_step"),
-        options: v
-            .get("options")
-            .filter(|o| o.is_object())
-            .cloned()
-            .unwrap_or(Value::Object(Default::default())),
+        format_version: m.format_version,
+        tensight_version: m.tensight_version,
+        python_version: m.python_version,
+        torch_version: m.torch_version,
+        cuda_version: m.cuda_version,
+        device: m.device.map(|d| BundleDevice {
+            name: d.name,
+            total_memory_bytes: d.total_memory_bytes,
+            capability: d.capability,
+            multi_processor_count: d.multi_processor_count,
+        }),
+        command: m.command,
+        cwd: m.cwd,
+        step_detection: m.step_detection,
+        step_loop,
+        warmup_steps: m.warmup_steps,
+        steps_requested: m.steps_requested,
+        steps_recorded: m.steps_recorded,
+        execution_trace_step: m.detail_step.or(m.execution_trace_step),
+        options: m.options,
         program: ProgramOutcome {
-            status: s(program, "status").unwrap_or_else(|| "unknown".into()),
-            exit_code: program.get("exit_code").and_then(Value::as_i64),
-            error: s(program, "error").filter(|e| !e.is_empty()),
+            status: m.program.status,
+            exit_code: m.program.exit_code,
+            error: nonempty(m.program.error),
         },
         files: BundleFiles {
-            trace: s(files, "trace").filter(|f| !f.is_empty()),
-            execution_trace: s(files, "execution_trace").filter(|f| !f.is_empty()),
-            ncu: s(files, "ncu").filter(|f| !f.is_empty()),
+            trace: nonempty(m.files.trace),
+            detail: nonempty(m.files.detail),
+            execution_trace: nonempty(m.files.execution_trace),
+            ncu: nonempty(m.files.ncu),
         },
         timing: BundleTiming {
-            step_ms_unprofiled: floats("step_ms_unprofiled"),
-            step_ms_unprofiled_gpu: floats("step_ms_unprofiled_gpu"),
-            step_ms_profiled: floats("step_ms_profiled"),
+            step_ms_unprofiled: m.timing.step_ms_unprofiled,
+            step_ms_unprofiled_gpu: m.timing.step_ms_unprofiled_gpu,
+            step_ms_profiled: m.timing.step_ms_profiled,
         },
-        hardware: v
-            .get("hardware")
-            .filter(|h| h.is_object())
-            .map(|h| BundleHardware {
-                status: s(h, "status").unwrap_or_else(|| "unknown".into()),
-                reason: s(h, "reason"),
-                step: u(h, "step"),
-                kernels: u(h, "kernels"),
-                launches: s(h, "launches"),
-                op_calls: u(h, "op_calls"),
-                op_repeats: u(h, "op_repeats"),
-                wall_s: h.get("wall_s").and_then(Value::as_f64),
-            }),
-    })
+        hardware: m.hardware.map(|h| BundleHardware {
+            status: if h.status.is_empty() {
+                "unknown".into()
+            } else {
+                h.status
+            },
+            reason: h.reason,
+            step: h.step,
+            kernels: h.kernels,
+            launches: h.launches,
+            op_calls: h.op_calls,
+            op_repeats: h.op_repeats,
+            wall_s: h.wall_s,
+        }),
+    }
 }
 
 /// The Kineto trace of the bundle in `dir`: the file the manifest names, else a
@@ -289,7 +275,19 @@ pub fn nothing_recorded(info: &BundleInfo) -> Error {
 pub fn load(dir: &Path) -> Result<Loaded> {
     let info = read_manifest(dir)?;
     let trace = trace_file(dir, &info)?;
-    let mut loaded = load_file(&trace)?;
+    let detail = info.files.detail.as_ref().map(|d| dir.join(d));
+    let mut loaded = match &detail {
+        Some(d) if d.is_file() => super::load_with_detail(&trace, d)?,
+        Some(d) => {
+            let mut l = load_file(&trace)?;
+            l.warnings.push(format!(
+                "the bundle's detail step {} is missing: no stacks, shapes or allocator events",
+                d.display()
+            ));
+            l
+        }
+        None => load_file(&trace)?,
+    };
     if let Some(name) = &info.files.execution_trace {
         let et = dir.join(name);
         if et.is_file() {
@@ -365,9 +363,12 @@ fn attach_own_ncu(loaded: &mut Loaded, hw: Result<crate::model::hardware::Hardwa
 fn apply_manifest(loaded: &mut Loaded, info: BundleInfo) {
     if let Some(k) = info.execution_trace_step {
         let name = format!("ProfilerStep#{k}");
-        let steps = &mut loaded.profile.steps;
-        if steps.len() > 1 {
-            steps.retain(|s| s.name != name);
+        if loaded.profile.steps.len() > 1 {
+            crate::model::steps::leave_out(&mut loaded.profile, &name);
+            if info.files.detail.is_some() {
+                loaded.profile.detail =
+                    crate::model::detail::carry_over(&mut loaded.profile, &name);
+            }
         }
     }
     loaded.profile.bundle = Some(info);
