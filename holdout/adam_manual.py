@@ -139,7 +139,10 @@ def main():
     else:
         per_iter = [(host_marks[i + 1] - host_marks[i]) * 1e3 for i in range(args.iters)]
 
-    steady = [t for i, t in enumerate(per_iter) if i >= 5 and i not in prof_iters and i - 1 not in prof_iters]
+    # with a profiled window, only the iterations before it are timed (profiling can slow what follows)
+    steady = [t for i, t in enumerate(per_iter) if i >= 5 and (not want_prof or i < p0)]
+    if not steady:
+        steady = [t for i, t in enumerate(per_iter) if i >= 1 and i not in prof_iters]
     if not steady:
         steady = per_iter[1:] or per_iter
     iter_ms = statistics.median(steady)

@@ -118,7 +118,8 @@ WARM = min(5, args.iters)
 
 # (first, last) iteration ranges; the profiled one is run under the profiler and not timed
 if want_trace:
-    plan = [("warm", 0, min(WARM, P0)), ("time", min(WARM, P0), P0), ("prof", P0, P0 + K), ("time", P0 + K, args.iters)]
+    plan = [("warm", 0, min(WARM, P0)), ("time", min(WARM, P0), P0), ("prof", P0, P0 + K), ("rest", P0 + K, args.iters)]
+    # the iterations after the profiled ones run but are not timed: profiling can leave overhead behind
 else:
     plan = [("warm", 0, WARM), ("time", WARM, args.iters)]
 
@@ -154,7 +155,7 @@ for kind, a, b in plan:
         sync()
         t_total += time.perf_counter() - t0
         n_timed += b - a
-    else:
+    elif kind == "warm":
         sync()
         print(f"warm-up (incl. compile) took {time.perf_counter() - t_start:.1f} s")
 

@@ -153,7 +153,8 @@ def main():
         per = [(i, s.elapsed_time(e)) for i, s, e in events]
     else:
         per = [(i, (e - s) * 1e3) for i, s, e in events]
-    steady = sorted(t for i, t in per if i >= 5) or sorted(t for _, t in per)
+    # when tracing, time only the iterations before the profiled window
+    steady = sorted(t for i, t in per if i >= 5 and (not tracing or i < P0)) or sorted(t for _, t in per)
     iter_ms = steady[len(steady) // 2]
     losses = torch.stack(tr._loss_buf).tolist()
     tokens = cfg.batch * cfg.seq

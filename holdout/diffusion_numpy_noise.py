@@ -179,7 +179,7 @@ def main() -> None:
         ms = [(i, s.elapsed_time(e)) for i, s, e in laps]
     else:
         ms = [(i, (e - s) * 1e3) for i, s, e in laps]
-    steady = [t for i, t in ms if i >= 5] or [t for _, t in ms]
+    steady = [t for i, t in ms if i >= 5 and (not tracing or i < P0)] or [t for _, t in ms]
     iter_ms = statistics.median(steady)
     print(f"ddpm denoiser batch {batch} ({ch}ch @ {res}^2): {iter_ms:.2f} ms/step median; "
           f"loss {losses[0].item():.4f} -> {losses[-1].item():.4f}")

@@ -189,7 +189,7 @@ def main():
         ms = [(s, a.elapsed_time(b)) for s, a, b in times]
     else:
         ms = [(s, (b - a) * 1e3) for s, a, b in times]
-    steady = sorted(t for s, t in ms if s >= 5) or sorted(t for _, t in ms)
+    steady = sorted(t for s, t in ms if s >= 5 and (not traced or s < p0)) or sorted(t for _, t in ms)
     iter_ms = steady[len(steady) // 2]
     first, last = log[0][0], log[-1][0]
     print(f"gpt {cfg} batch {batch}: loss {float(first):.3f} -> {float(last):.3f}, median step {iter_ms:.2f} ms")

@@ -172,7 +172,8 @@ def main() -> None:
     else:
         per = [(host_t[j + 1] - host_t[j]) * 1e3 for j in range(args.iters)]
     skip = set(range(p0, p0 + k_tr)) if p0 is not None else set()
-    steady = [t for j, t in enumerate(per) if j >= 5 and j not in skip] or per
+    steady = [t for j, t in enumerate(per) if j >= 5 and (p0 is None or j < p0)] or \
+        [t for j, t in enumerate(per) if j not in skip] or per
     iter_ms = statistics.median(steady)
     mem = torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0
     print(f"decode: batch {batch}, context {prompt}->{prompt + args.iters}, {iter_ms:.3f} ms/token (median), "

@@ -114,7 +114,7 @@ if gpu:
     times = [a.elapsed_time(b) for a, b in zip(starts, ends)]
 else:
     times = [(b - a) * 1e3 for a, b in zip(starts, ends)]
-keep = [t for i, t in enumerate(times) if i >= 5 and i not in prof_range]
+keep = [t for i, t in enumerate(times) if i >= 5 and (not profiling or i < prof_range.start)]
 keep = keep or times
 keep.sort()
 iter_ms = keep[len(keep) // 2]

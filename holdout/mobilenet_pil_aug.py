@@ -185,7 +185,8 @@ def main():
         dt = [ev[j].elapsed_time(ev[j + 1]) for j in range(args.iters)]
     else:
         dt = [(ev[j + 1] - ev[j]) * 1e3 for j in range(args.iters)]
-    steady = [t for j, t in enumerate(dt) if j >= 5 and j not in window] or dt
+    steady = [t for j, t in enumerate(dt) if j >= 5 and (not traced or j < window.start)] or \
+        [t for j, t in enumerate(dt) if j not in window] or dt
     iter_ms = statistics.median(steady)
     print(f"mobilenet_v2 batch {batch} @ {out_size}px: {iter_ms:.2f} ms/step (median), loss {loss.item():.3f}")
     print("HOLDOUT_RESULT " + json.dumps({"program": "mobilenet_pil_aug", "fixes": ["all"] if args.fixed else [],

@@ -103,7 +103,7 @@ def main() -> None:
         ms = [s.elapsed_time(e) for s, e in pairs]
     else:
         ms = [(e - s) * 1e3 for s, e in pairs]
-    steady = sorted(t for i, t in enumerate(ms) if i >= 5 and i not in prof_iters) or sorted(ms)
+    steady = sorted(t for i, t in enumerate(ms) if i >= 5 and (not trace_on or i < first)) or sorted(ms)
     iter_ms = steady[len(steady) // 2]
     peak = dff.amax().item()
     print(f"{len(ms)} movies, median {iter_ms:.2f} ms/movie ({iter_ms / frames * 1e3:.1f} us/frame), peak dF/F {peak:.3f}")

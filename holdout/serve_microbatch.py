@@ -121,7 +121,8 @@ def main() -> None:
         i += 1
 
     skip = set(range(p0, p0 + k)) if tracing else set()
-    steady = [t for j, t in enumerate(latencies) if j >= 5 and j not in skip] or latencies
+    steady = [t for j, t in enumerate(latencies) if j >= 5 and (not tracing or j < p0)] or \
+        [t for j, t in enumerate(latencies) if j not in skip] or latencies
     p50 = statistics.median(steady)
     p90 = sorted(steady)[int(0.9 * (len(steady) - 1))]
     print(f"max_batch_size={cfg.max_batch_size}: p50 {p50:.2f} ms, p90 {p90:.2f} ms per {cfg.requests_per_batch} requests "

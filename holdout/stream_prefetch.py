@@ -141,7 +141,8 @@ def main() -> None:
     else:
         per = [(b - a) * 1e3 for a, b in zip(stamps[:-1], stamps[1:])]
     window = set(range(p0, p0 + k)) if tracing else set()
-    steady = [t for i, t in enumerate(per) if i >= 5 and i not in window] or per
+    steady = [t for i, t in enumerate(per) if i >= 5 and (not tracing or i < p0)] or \
+        [t for i, t in enumerate(per) if i not in window] or per
     iter_ms = statistics.median(steady)
     mb = rows * d_in * 4 / 2**20
     print(f"scored {args.iters} batches of {rows}x{d_in} fp32 ({mb:.0f} MiB each, pinned={host_batches[0].is_pinned()}): "
