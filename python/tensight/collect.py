@@ -247,6 +247,8 @@ class Collector:
             except (ImportError, AttributeError) as e:
                 say(f"no loop detection (tensight._native: {e})")
                 return None
+            if profiling.gpu_present() and not profiling.cuda_ready():
+                return None  # a loop before the program's first GPU use only sets up
             restart = self.spec_running
             if restart and self.spec_tid != threading.get_ident():
                 return None

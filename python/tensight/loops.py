@@ -72,26 +72,45 @@ class StaticLoop:
 
 
 _static_cache: dict[CodeType, tuple[StaticLoop, ...]] = {}
+_ENDS_HANDLER = {dis.opmap[n] for n in ("JUMP_BACKWARD", "JUMP_FORWARD", "JUMP_ABSOLUTE",
+                                         "RETURN_VALUE", "RETURN_CONST") if n in dis.opmap}
 
 
 def static_loops(code: CodeType) -> tuple[StaticLoop, ...]:
-    """Every loop of `code` (its backward jumps), innermost (shortest) first."""
+    """Every loop of `code`, innermost (shortest) first: one per loop head, reaching to
+    its furthest backward jump. Jumps back from exception handlers (3.11+ places them
+    out of line, after the function's other code: a ``with`` block's cleanup) are not
+    the loop's: they would make it span loops that follow it."""
     got = _static_cache.get(code)
     if got is None:
-        found = []
         try:
-            lines = {start: line for start, _, line in code.co_lines() if line is not None}
-            line_at = sorted(lines.items())
-            for ins in dis.get_instructions(code):
-                if (ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs) \
-                        and isinstance(ins.argval, int) and ins.argval < ins.offset:
-                    line = next((ln for off, ln in reversed(line_at) if off <= ins.argval),
-                                code.co_firstlineno)
-                    found.append(StaticLoop(ins.argval, ins.offset, line))
+            got = _static_cache[code] = _find_loops(code)
         except Exception:  # noqa: BLE001 - unusual code objects: no loops known
-            found = []
-        got = _static_cache[code] = tuple(sorted(found, key=lambda s: s.src - s.target))
+            got = _static_cache[code] = ()
     return got
+
+
+def _find_loops(code: CodeType) -> tuple[StaticLoop, ...]:
+    instrs = list(dis.get_instructions(code))
+    handlers = {e.target for e in getattr(dis.Bytecode(code), "exception_entries", ())}
+    in_handler = False
+    reach: dict[int, int] = {}
+    for ins in instrs:
+        if ins.offset in handlers:
+            in_handler = True
+        jump = (ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs) \
+            and isinstance(ins.argval, int) and ins.argval < ins.offset
+        if jump and not in_handler:
+            reach[ins.argval] = max(reach.get(ins.argval, ins.offset), ins.offset)
+        if in_handler and ins.opcode in _ENDS_HANDLER:
+            in_handler = False
+    lines = sorted((start, line) for start, _, line in code.co_lines() if line is not None)
+
+    def line_at(offset: int) -> int:
+        return next((ln for off, ln in reversed(lines) if off <= offset), code.co_firstlineno)
+
+    found = [StaticLoop(t, src, line_at(t)) for t, src in reach.items()]
+    return tuple(sorted(found, key=lambda s: s.src - s.target))
 
 
 @dataclass
@@ -254,7 +273,7 @@ class LoopWatch:
         if dst >= src or not self.is_user(code):
             return sys.monitoring.DISABLE  # type: ignore[attr-defined]
         for s in static_loops(code):
-            if s.target == dst and s.src == src:
+            if s.target == dst:
                 self._back_edge(code, s, sys._getframe(1))
                 break
         return None
@@ -335,7 +354,7 @@ class LoopWatch:
         """The loops around `loop`, innermost first: in its own code, then in each user
         frame up the stack, those the frame is inside now."""
         out = [(code, s.target) for s in static_loops(code)
-               if s != loop and s.target <= loop.target and s.src >= loop.src]
+               if s.target < loop.target and s.src >= loop.src]
         f = frame.f_back
         while f is not None:
             if self.is_user(f.f_code):
