@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Record the hold-out set on the H200 device machine (issue 12), in as many calls as the
+# 10-minute limit needs: each call records the programs not yet in the folder it is
+# given back (carry it as .holdout/), in EXPECTED.json's order, and stops before BUDGET_S.
+#
+#   bash scripts/h200/holdout.sh [PROGRAM...]     # default: every program
+#
+# Wheel built here in .whl/ (maturin build --release -o .whl). Everything recorded goes
+# into $OUT/holdout.tgz (unpack over tests/fixtures/holdout), the log into $OUT/log.txt.
+set -uo pipefail
+OUT=${OUT:-/tmp/tensight-out}; mkdir -p "$OUT"
+BUDGET_S=${BUDGET_S:-540}
+exec > >(tee -a "$OUT/log.txt") 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/tensight-*.whl || exit 1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+R=/tmp/holdout; rm -rf "$R"; mkdir -p "$R"
+[ -d .holdout ] && cp -r .holdout/. "$R/"   # what earlier calls recorded
+timeout $((BUDGET_S - 20)) python3 holdout/harness.py --out "$R" --skip-done ${1:+--only "$@"}
+find "$R" -name 'plain_et.json' -exec gzip -f {} \;
+tar czf "$OUT/holdout.tgz" -C /tmp holdout
+du -sh "$R"/* | sort -h | tail -20
