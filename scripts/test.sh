@@ -15,7 +15,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test --quiet -p tensight -p tensight-cli
+cargo test --quiet -p tensight -p tensight-record -p tensight-cli
 echo "== mypy (the Python that runs in the user's interpreter)"
 "$PY" -m mypy --ignore-missing-imports python/tensight
 echo "== pytest"

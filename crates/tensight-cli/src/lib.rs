@@ -5,7 +5,6 @@
 //! (`tensight analyze x | head`) exits 0.
 
 mod demo;
-mod hardware;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -64,7 +63,7 @@ enum Command {
     },
     /// Run a Python program under the profiler and diagnose it.
     #[command(
-        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n\nThe program runs unmodified: steps are found from optimizer.step() calls (or top-level\nforward calls), the first W are skipped, the next N recorded. The bundle gets report.txt\nand report.json; the exit code is the program's."
+        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n  tensight run -- python bench.py          # a loop with no optimizer or module\n\nThe program runs unmodified. Steps are found from optimizer.step() calls, else top-level\nforward calls of modules with parameters, else the iterations of the loop of your code\nthat holds the work (a benchmark loop, hand-written SGD). The first W run unprofiled and\ntimed, then the profiler's warm-up, then N timed steps recorded lean (no stacks or shapes,\nwhich would slow a busy host), then one step later a detail step with stacks, shapes,\nallocator events and the execution trace. The bundle gets report.txt and report.json;\nthe exit code is the program's."
     )]
     Run(run::RunArgs),
     /// Train a built-in model on synthetic data, profiled and diagnosed.

@@ -20,8 +20,9 @@
 //!                "error": str|null },
 //!   "files": { "trace", "detail" (since 1.1), "execution_trace", "ncu": str|null },
 //!   "timing": { "step_ms_unprofiled", "step_ms_unprofiled_gpu", "step_ms_profiled": [float] },
-//!   "hardware": { "status", "reason", "step", "kernels", "launches", "op_calls",
-//!                 "op_repeats", "wall_s" } | null }   // written by run --hardware
+//!   "hardware": { "status", "reason", "step", "kernels", "signatures", "launches",
+//!                 "op_calls", "op_repeats", "ncu_version", "wall_s" } | null }
+//!                                   // written by run --hardware
 //! ```
 //!
 //! Reading is tolerant, as a reader of other programs' files should be: a field of the
@@ -266,6 +267,9 @@ pub struct Hardware {
     /// Kernel rows ncu wrote.
     #[serde(deserialize_with = "lenient")]
     pub kernels: Option<u64>,
+    /// Distinct (kernel, grid, block) signatures among them.
+    #[serde(deserialize_with = "lenient")]
+    pub signatures: Option<u64>,
     /// `every` or `repeated op calls skipped`.
     #[serde(deserialize_with = "lenient")]
     pub launches: Option<String>,
@@ -275,6 +279,9 @@ pub struct Hardware {
     /// Of them, skipped as repeats.
     #[serde(deserialize_with = "lenient")]
     pub op_repeats: Option<u64>,
+    /// `ncu --version`'s last line.
+    #[serde(deserialize_with = "lenient")]
+    pub ncu_version: Option<String>,
     /// Wall time of the pass, seconds.
     #[serde(deserialize_with = "lenient")]
     pub wall_s: Option<f64>,

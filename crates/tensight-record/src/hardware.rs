@@ -5,7 +5,9 @@
 //! --csv --page raw --metrics M --log-file BUNDLE/ncu.csv -- env K=V... CMD...` with
 //! `TENSIGHT_HARDWARE=1` and `TENSIGHT_HARDWARE_STEP=K`: the collector records no profile
 //! and instead wraps step K in the process-wide NVTX start/end range `tensight_step`
-//! (every thread's kernels, the backward pass's included). Unless
+//! (every thread's kernels, the backward pass's included; range names come from the
+//! bundle contract, `contract.json`). When the first run found its steps as the
+//! iterations of a loop, `TENSIGHT_HARDWARE_LOOP=FILE:LINE` names that loop. Unless
 //! `--hardware-every-launch`, `TENSIGHT_HARDWARE_REPEATS=skip` has the collector wrap
 //! each op call that repeats an earlier one of the step in the push/pop range
 //! `tensight_repeat`, which `--nvtx-exclude tensight_repeat/` skips (python
@@ -25,10 +27,11 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use tensight::read::bundle::manifest::{contract, Hardware};
 
 /// The metrics the engine reads (read/ncu.rs). Each kernel is replayed until all are
 /// collected; one unknown name makes ncu refuse, so only names valid on Hopper.
-pub(crate) const METRICS: &[&str] = &[
+pub const METRICS: &[&str] = &[
     "gpu__time_duration.sum",
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
@@ -72,14 +75,16 @@ pub(crate) const METRICS: &[&str] = &[
     "launch__occupancy_limit_blocks",
 ];
 
-/// The NVTX range the collector pushes around the chosen step.
-pub(crate) const RANGE: &str = "tensight_step";
-/// The push/pop NVTX range around op calls that repeat an earlier one (not profiled).
-pub(crate) const REPEAT_RANGE: &str = "tensight_repeat";
 const CSV: &str = "ncu.csv";
-const CSV_GZ: &str = "ncu.csv.gz";
 const LOG: &str = "ncu.log";
-const MARK: &str = "ncu_range.json";
+
+/// What the user asked of the hardware pass.
+pub struct Ask {
+    /// The step to profile (default: the first after the warm-up).
+    pub step: Option<u64>,
+    /// Profile every launch, repeated op calls too.
+    pub every_launch: bool,
+}
 
 /// What the second run needs from the first.
 pub(crate) struct Pass<'a> {
@@ -87,9 +92,16 @@ pub(crate) struct Pass<'a> {
     pub command: &'a [OsString],
     /// The environment of the first run (PYTHONPATH, TENSIGHT_*).
     pub env: Vec<(&'static str, OsString)>,
-    pub step: u64,
-    /// Profile every launch, repeated op calls too.
-    pub every_launch: bool,
+    pub ask: &'a Ask,
+    /// The first run's warm-up steps.
+    pub warmup: u64,
+}
+
+impl Pass<'_> {
+    /// The collector's warm-up: W boundaries (W = 0 acts as 1), then the step to profile.
+    fn step(&self) -> u64 {
+        self.ask.step.unwrap_or(self.warmup.max(1) + 1)
+    }
 }
 
 /// How the pass ended, for the manifest and the one stderr line.
@@ -148,7 +160,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// ncu's arguments before `--` and the program.
-pub(crate) fn ncu_args(csv: &Path, every_launch: bool) -> Vec<OsString> {
+pub fn ncu_args(csv: &Path, every_launch: bool) -> Vec<OsString> {
     let mut a: Vec<OsString> = [
         "--clock-control",
         "none",
@@ -162,11 +174,12 @@ pub(crate) fn ncu_args(csv: &Path, every_launch: bool) -> Vec<OsString> {
     .collect();
     // No trailing `/`: a start/end range (process-wide), not a push/pop one (per thread;
     // the backward kernels, launched from autograd's threads, would be left out).
-    a.push(RANGE.into());
+    let nvtx = &contract().nvtx;
+    a.push(nvtx.step.clone().into());
     if !every_launch {
         // Kernels of op calls the collector marked as repeats (trailing `/`: push/pop).
         a.push("--nvtx-exclude".into());
-        a.push(format!("{REPEAT_RANGE}/").into());
+        a.push(format!("{}/", nvtx.repeat).into());
     }
     for x in ["--csv", "--page", "raw", "--metrics"] {
         a.push(x.into());
@@ -221,7 +234,7 @@ pub(crate) fn run(pass: &Pass) {
         _ => {
             let k = outcome.kernels.unwrap_or(0);
             let s = outcome.signatures.unwrap_or(k);
-            let saved = match (&outcome.marks, pass.every_launch) {
+            let saved = match (&outcome.marks, pass.ask.every_launch) {
                 (m, false) if m.op_repeats.is_some() => format!(
                     "; {} of {} op calls repeated an earlier one and were not profiled",
                     m.op_repeats.unwrap_or(0),
@@ -238,7 +251,7 @@ pub(crate) fn run(pass: &Pass) {
             };
             eprintln!(
                 "tensight: hardware: recorded for step {} ({k} kernel{} in {wall:.0} s{saved})",
-                pass.step,
+                pass.step(),
                 if k == 1 { "" } else { "s" }
             );
         }
@@ -251,7 +264,8 @@ pub(crate) fn run(pass: &Pass) {
 fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     let version = ncu_version(ncu);
     let csv = pass.bundle.join(CSV);
-    let mark = pass.bundle.join(MARK);
+    let mark = pass.bundle.join(&contract().files.ncu_range);
+    let step = pass.step();
     let _ = std::fs::remove_file(&mark);
     let log = match std::fs::File::create(pass.bundle.join(LOG)) {
         Ok(f) => f,
@@ -263,11 +277,18 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     };
     let mut env: Vec<(&str, OsString)> = pass.env.iter().map(|(k, v)| (*k, v.clone())).collect();
     env.push(("TENSIGHT_HARDWARE", "1".into()));
-    env.push(("TENSIGHT_HARDWARE_STEP", pass.step.to_string().into()));
-    let repeats = if pass.every_launch { "profile" } else { "skip" };
+    env.push(("TENSIGHT_HARDWARE_STEP", step.to_string().into()));
+    let repeats = if pass.ask.every_launch {
+        "profile"
+    } else {
+        "skip"
+    };
     env.push(("TENSIGHT_HARDWARE_REPEATS", repeats.into()));
+    if let Some(at) = first_run_loop(pass.bundle) {
+        env.push(("TENSIGHT_HARDWARE_LOOP", at.into()));
+    }
     let mut cmd = Command::new(ncu);
-    cmd.args(ncu_args(&csv, pass.every_launch))
+    cmd.args(ncu_args(&csv, pass.ask.every_launch))
         .arg("--")
         .args(target_command(&env, pass.command))
         .stdin(Stdio::null())
@@ -279,7 +300,7 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
         eprintln!(
             "tensight: hardware pass: running the program again under {} for step {} (output in {})",
             ncu.display(),
-            pass.step,
+            step,
             pass.bundle.join(LOG).display()
         );
     }
@@ -304,7 +325,7 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     if let Some(why) = ncu_error(&log_text).or_else(|| ncu_error(&csv_text)) {
         return failed(why);
     }
-    let range = range_note(&mark, pass.step);
+    let range = range_note(&mark, step);
     let _ = std::fs::remove_file(&mark);
     let marks = match range {
         Ok(m) => m,
@@ -329,11 +350,10 @@ fn profile(pass: &Pass, ncu: &Path) -> Outcome {
     };
     if hw.kernels.is_empty() {
         return failed(format!(
-            "ncu profiled no kernels in step {} (see {LOG})",
-            pass.step
+            "ncu profiled no kernels in step {step} (see {LOG})"
         ));
     }
-    if let Err(e) = gzip(&csv, &pass.bundle.join(CSV_GZ)) {
+    if let Err(e) = gzip(&csv, &pass.bundle.join(&contract().files.ncu)) {
         return failed(format!("cannot compress {CSV}: {e}"));
     }
     Outcome {
@@ -427,11 +447,12 @@ fn ncu_error(text: &str) -> Option<String> {
 fn range_note(mark: &Path, step: u64) -> Result<Marks, String> {
     let Ok(bytes) = std::fs::read(mark) else {
         return Err(format!(
-            "the collector did not run under ncu (no {MARK}): was the program a Python program that imports torch?"
+            "the collector did not run under ncu (no {}): was the program a Python program that imports torch?",
+            contract().files.ncu_range
         ));
     };
     let v: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| format!("unreadable {MARK}: {e}"))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("unreadable range note: {e}"))?;
     if v.get("range").and_then(|r| r.as_str()) == Some("closed") {
         return Ok(Marks {
             op_calls: v.get("op_calls").and_then(|x| x.as_u64()),
@@ -461,48 +482,44 @@ fn gzip(src: &Path, dst: &Path) -> std::io::Result<()> {
     std::fs::remove_file(src)
 }
 
+/// The loop whose iterations were the first run's steps, as `FILE:LINE`.
+fn first_run_loop(bundle: &Path) -> Option<String> {
+    let bytes = std::fs::read(bundle.join(tensight::read::bundle::MANIFEST)).ok()?;
+    let m: tensight::read::bundle::manifest::Manifest = serde_json::from_slice(&bytes).ok()?;
+    let l = m
+        .step_loop
+        .filter(|_| m.step_detection.as_deref() == Some("loop"))?;
+    Some(format!("{}:{}", l.file?, l.line?))
+}
+
 fn update_manifest(pass: &Pass, o: &Outcome, wall: f64) -> Result<(), String> {
-    let path = pass.bundle.join(tensight::read::bundle::MANIFEST);
-    let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-    let mut v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
-    let obj = v.as_object_mut().ok_or("the manifest is not an object")?;
     let recorded = o.status == "recorded";
-    obj.insert(
-        "hardware".into(),
-        serde_json::json!({
-            "status": o.status,
-            "reason": o.reason,
-            "step": pass.step,
-            "kernels": o.kernels,
-            "signatures": o.signatures,
-            "launches": if pass.every_launch || o.marks.op_repeats.is_none() {
-                "every"
-            } else {
-                "repeated op calls skipped"
-            },
-            "op_calls": o.marks.op_calls,
-            "op_repeats": o.marks.op_repeats,
-            "ncu_version": o.version,
-            "wall_s": (wall * 10.0).round() / 10.0,
-        }),
-    );
-    if let Some(files) = obj.get_mut("files").and_then(|f| f.as_object_mut()) {
-        files.insert(
-            "ncu".into(),
-            if recorded {
-                CSV_GZ.into()
-            } else {
-                serde_json::Value::Null
-            },
-        );
-    }
-    if let Some(opts) = obj.get_mut("options").and_then(|f| f.as_object_mut()) {
-        opts.insert("hardware".into(), recorded.into());
-    }
-    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text + "\n").map_err(|e| e.to_string())?;
-    std::fs::rename(&tmp, &path).map_err(|e| e.to_string())
+    let step = pass.step();
+    crate::update_manifest(pass.bundle, |m| {
+        m.hardware = Some(Hardware {
+            status: o.status.to_string(),
+            reason: o.reason.clone(),
+            step: Some(step),
+            kernels: o.kernels.map(|k| k as u64),
+            signatures: o.signatures.map(|k| k as u64),
+            launches: Some(
+                if pass.ask.every_launch || o.marks.op_repeats.is_none() {
+                    "every"
+                } else {
+                    "repeated op calls skipped"
+                }
+                .to_string(),
+            ),
+            op_calls: o.marks.op_calls,
+            op_repeats: o.marks.op_repeats,
+            ncu_version: o.version.clone(),
+            wall_s: Some((wall * 10.0).round() / 10.0),
+        });
+        m.files.ncu = recorded.then(|| contract().files.ncu.clone());
+        if let Some(opts) = m.options.as_object_mut() {
+            opts.insert("hardware".into(), recorded.into());
+        }
+    })
 }
 
 #[cfg(test)]
