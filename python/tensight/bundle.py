@@ -102,6 +102,10 @@ class Manifest:
     step_loop: dict[str, Any] | None = None
     #: The ``ProfilerStep#k`` of the detail step (k = steps + 1), left out of timing.
     detail_step: int | None = None
+    #: The program's iteration (0-based) whose end was the first step boundary counted:
+    #: 0 for optimizer and forward steps; for a loop, the iterations seen before it was
+    #: chosen. Timed step j is iteration first_step_index + warmup_steps + j.
+    first_step_index: int | None = None
     #: Profiler options of the timed steps and of the detail step.
     options: dict[str, Any] = field(default_factory=dict)
     program: Program = field(default_factory=Program)

@@ -39,7 +39,7 @@ import threading
 import time
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.profiler import ExecutionTraceObserver, profile, schedule
@@ -49,6 +49,9 @@ from tensight import profiling
 from tensight.loops import Loop
 from tensight.profiling import quiet, say
 from tensight.steps import Mode, StepFinder
+
+if TYPE_CHECKING:
+    from tensight.hardware import HardwareCollector
 
 __all__ = ["Collector", "State", "install_from_env"]
 
@@ -96,6 +99,7 @@ class Collector:
         self.finder.on_error = self._fail
         # step counting and timing
         self.count = 0  # boundaries passed in the current mode
+        self.first_index = 0  # the program iteration that boundary 1 ends (0-based)
         self.recorded = 0
         self.warmup_done = 0
         self.t_last: float | None = None
@@ -208,6 +212,7 @@ class Collector:
                 return False
             self._drop_window()
             self.count = 0
+            self.first_index = 0
             self.warmup_done = 0
             self.ms_unprofiled.clear()
             self._gpu_marks.clear()
@@ -273,6 +278,7 @@ class Collector:
                 return None
             lp = outer_first[i]
             say(f"steps are the iterations of the loop at {lp.where}")
+            self.first_index = lp.count
             return lp
 
     # ---- the window ------------------------------------------------------------------
@@ -363,7 +369,7 @@ class Collector:
             self.ms_unprofiled_gpu = []
         self._gpu_marks = []
 
-    def _timed_options(self) -> dict[str, bool]:
+    def _timed_options(self) -> dict[str, Any]:
         return profiling.detail_options() if self.timed_full else dict(profiling.TIMED)
 
     def _start_timed(self) -> None:
@@ -648,6 +654,7 @@ class Collector:
             steps_requested=self.steps,
             steps_recorded=self.recorded if window else 0,
             detail_step=self.steps + 1 if window and self.detail_kept else None,
+            first_step_index=None if whole else self.first_index,
             options={"timed": dict(spec_opts) if whole else self._timed_options(),
                      "detail": profiling.detail_options() if self.detail_kept else None,
                      "hardware": False},
@@ -780,7 +787,7 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def install_from_env() -> Collector:
+def install_from_env() -> Collector | HardwareCollector:
     """Install the collector described by the TENSIGHT_* environment (``tensight run``)."""
     if os.environ.get("TENSIGHT_HARDWARE") == "1":
         from tensight.hardware import install_from_env as install_hardware

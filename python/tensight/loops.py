@@ -72,15 +72,18 @@ class StaticLoop:
 
 
 _static_cache: dict[CodeType, tuple[StaticLoop, ...]] = {}
-_ENDS_HANDLER = {dis.opmap[n] for n in ("JUMP_BACKWARD", "JUMP_FORWARD", "JUMP_ABSOLUTE",
-                                         "RETURN_VALUE", "RETURN_CONST") if n in dis.opmap}
+_ENDS_FLOW = {dis.opmap[n] for n in ("JUMP_BACKWARD", "JUMP_FORWARD", "JUMP_ABSOLUTE",
+                                      "JUMP_BACKWARD_NO_INTERRUPT", "RETURN_VALUE",
+                                      "RETURN_CONST", "RERAISE", "RAISE_VARARGS")
+              if n in dis.opmap}
 
 
 def static_loops(code: CodeType) -> tuple[StaticLoop, ...]:
     """Every loop of `code`, innermost (shortest) first: one per loop head, reaching to
-    its furthest backward jump. Jumps back from exception handlers (3.11+ places them
-    out of line, after the function's other code: a ``with`` block's cleanup) are not
-    the loop's: they would make it span loops that follow it."""
+    its furthest backward jump on the normal path. Jumps back from exception handlers
+    (reached only through the exception table: a ``with`` block's cleanup, which 3.12
+    places after the function's other code) are not the loop's: they would make it span
+    loops that follow it."""
     got = _static_cache.get(code)
     if got is None:
         try:
@@ -92,18 +95,28 @@ def static_loops(code: CodeType) -> tuple[StaticLoop, ...]:
 
 def _find_loops(code: CodeType) -> tuple[StaticLoop, ...]:
     instrs = list(dis.get_instructions(code))
-    handlers = {e.target for e in getattr(dis.Bytecode(code), "exception_entries", ())}
-    in_handler = False
+    at = {ins.offset: i for i, ins in enumerate(instrs)}
+    # The instructions the normal control flow reaches from the entry.
+    seen: set[int] = set()
+    todo = [0] if instrs else []
+    while todo:
+        i = todo.pop()
+        if i in seen or i >= len(instrs):
+            continue
+        seen.add(i)
+        ins = instrs[i]
+        jumps = (ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs) \
+            and isinstance(ins.argval, int)
+        if jumps and ins.argval in at:
+            todo.append(at[ins.argval])
+        if ins.opcode not in _ENDS_FLOW:
+            todo.append(i + 1)
     reach: dict[int, int] = {}
-    for ins in instrs:
-        if ins.offset in handlers:
-            in_handler = True
-        jump = (ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs) \
-            and isinstance(ins.argval, int) and ins.argval < ins.offset
-        if jump and not in_handler:
+    for i in seen:
+        ins = instrs[i]
+        if (ins.opcode in dis.hasjrel or ins.opcode in dis.hasjabs) \
+                and isinstance(ins.argval, int) and ins.argval < ins.offset:
             reach[ins.argval] = max(reach.get(ins.argval, ins.offset), ins.offset)
-        if in_handler and ins.opcode in _ENDS_HANDLER:
-            in_handler = False
     lines = sorted((start, line) for start, _, line in code.co_lines() if line is not None)
 
     def line_at(offset: int) -> int:

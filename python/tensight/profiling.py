@@ -26,13 +26,13 @@ import torch
 from tensight.bundle import DRAIN
 
 #: The timed steps: timing and links only.
-TIMED: dict[str, bool] = {"record_shapes": False, "with_stack": False,
+TIMED: dict[str, Any] = {"record_shapes": False, "with_stack": False,
                           "with_modules": False, "profile_memory": False}
 #: The detail step (and ``TENSIGHT_TIMED=full``'s timed steps): everything.
-FULL: dict[str, bool] = {"record_shapes": True, "with_stack": True, "with_modules": True,
+FULL: dict[str, Any] = {"record_shapes": True, "with_stack": True, "with_modules": True,
                          "profile_memory": True}
 #: A CPU-only speculative profile from torch import: no stacks.
-LIGHT: dict[str, bool] = {"record_shapes": True, "with_stack": False, "with_modules": False,
+LIGHT: dict[str, Any] = {"record_shapes": True, "with_stack": False, "with_modules": False,
                           "profile_memory": True}
 
 
@@ -45,7 +45,7 @@ def say(msg: str) -> None:
         pass
 
 
-def detail_options() -> dict[str, bool]:
+def detail_options() -> dict[str, Any]:
     """The detail step's options: all on, less those named in ``TENSIGHT_NO``
     (comma-separated: ``stack``, ``modules``, ``memory``, ``shapes``)."""
     off = {x.strip() for x in os.environ.get("TENSIGHT_NO", "").split(",") if x.strip()}

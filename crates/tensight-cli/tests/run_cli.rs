@@ -335,7 +335,9 @@ echo '{"range": "closed", "steps_seen": 4, "detection": "optimizer"}' > "$TENSIG
         assert_eq!(o.status.code(), Some(0));
         let e = stderr(&o);
         assert!(
-            e.starts_with("tensight: nothing to profile: `sh -c 'exit 0'` ended without importing torch"),
+            e.starts_with(
+                "tensight: nothing to profile: `sh -c 'exit 0'` ended without importing torch"
+            ),
             "{e}"
         );
         assert!(e.contains("hint: ") && e.contains("imports torch"), "{e}");

@@ -98,30 +98,53 @@ fn host_ranges(p: &Profile) -> (Vec<HostRange>, StepSource) {
         return (ps, StepSource::ProfilerStep);
     }
     let optimizer = annotation_ranges(p, "Optimizer.step#");
-    // 2. A repeating user Python frame (unless optimizer steps say otherwise).
+    // 2. A repeating user Python frame, unless it repeats more often than the optimizer
+    //    steps (gradient accumulation: a frame per micro-batch). Several optimizer steps
+    //    per frame (a GAN's two optimizers) are one iteration.
     if let Some((frame, r)) = repeating_frame(p) {
-        let disagrees = optimizer.as_ref().is_some_and(|(_, o)| o.len() != r.len());
-        if !disagrees {
+        let micro = optimizer.as_ref().is_some_and(|(_, o)| r.len() > o.len());
+        if !micro {
             return (r, StepSource::PythonFrame { frame });
         }
     }
-    // 3. Optimizer.step annotations: iterations between consecutive optimizer steps.
-    if let Some((name, opt)) = optimizer {
-        let r = opt
-            .windows(2)
-            .enumerate()
-            .map(|(i, w)| (w[0].1, w[1].1, format!("step {}", i + 1)))
-            .collect();
-        return (r, StepSource::Annotation { name });
+    let loader = annotation_ranges(p, "enumerate(DataLoader)#");
+    // Optimizer steps and batch fetches one to one: the iteration starts at the fetch,
+    // where the program's own loop starts it.
+    let one_to_one = match (&optimizer, &loader) {
+        (Some((_, o)), Some((_, d))) => o.len().abs_diff(d.len()) <= 1,
+        _ => false,
+    };
+    // 3. Optimizer.step annotations: an iteration ends where an optimizer step ends. The
+    //    first one starts at the thread's first op (the profiler started at an iteration's
+    //    start), when it is about as long as the others.
+    if let Some((name, opt)) = optimizer.filter(|_| !one_to_one) {
+        if let Some(r) = several_per_iteration(p, &opt) {
+            return r;
+        }
+        let mut ends: Vec<(i64, i64)> = opt.windows(2).map(|w| (w[0].1, w[1].1)).collect();
+        if let Some(first) = first_op_start(p, opt[0].0) {
+            if like_the_others(opt[0].1 - first, &ends) {
+                ends.insert(0, (first, opt[0].1));
+            }
+        }
+        return (numbered(ends), StepSource::Annotation { name });
     }
-    // 4. DataLoader batch fetches: an iteration starts at each `__next__`.
-    if let Some((name, dl)) = annotation_ranges(p, "enumerate(DataLoader)#") {
-        let r = dl
-            .windows(2)
-            .enumerate()
-            .map(|(i, w)| (w[0].0, w[1].0, format!("step {}", i + 1)))
-            .collect();
-        return (r, StepSource::Annotation { name });
+    // 4. DataLoader batch fetches: an iteration starts at each `__next__`. The last one
+    //    ends at the thread's last op, and the thread's ops before the first fetch (the
+    //    profiler started after it) are an iteration too, when about as long as the others.
+    if let Some((name, dl)) = loader {
+        let mut starts: Vec<(i64, i64)> = dl.windows(2).map(|w| (w[0].0, w[1].0)).collect();
+        let (first, last) = (dl[0].0, dl[dl.len() - 1].0);
+        let lead = first_op_start(p, first).filter(|&a| like_the_others(first - a, &starts));
+        if let Some(end) = last_op_end(p, last) {
+            if like_the_others(end - last, &starts) {
+                starts.push((last, end));
+            }
+        }
+        if let Some(a) = lead {
+            starts.insert(0, (a, first));
+        }
+        return (numbered(starts), StepSource::Annotation { name });
     }
     // 5. A repeating sequence of top-level ops.
     if let Some((first_op, ops_per_step, r)) = repeating_ops(p) {
@@ -137,6 +160,67 @@ fn host_ranges(p: &Profile) -> (Vec<HostRange>, StepSource) {
         vec![(p.meta.start_ns, p.meta.end_ns, "whole trace".to_string())],
         StepSource::WholeTrace,
     )
+}
+
+/// Several optimizer steps of the same name per iteration (a GAN's discriminator and
+/// generator, without stacks to tell): the repeating op sequence, when each of its steps
+/// holds the same number (two or more) of optimizer steps.
+fn several_per_iteration(p: &Profile, opt: &[(i64, i64)]) -> Option<(Vec<HostRange>, StepSource)> {
+    let (first_op, ops_per_step, r) = repeating_ops(p)?;
+    let per: Vec<usize> = r
+        .iter()
+        .map(|&(a, b, _)| opt.iter().filter(|o| o.0 >= a && o.1 <= b).count())
+        .collect();
+    (per[0] >= 2 && per.iter().all(|&k| k == per[0])).then_some({
+        (
+            r,
+            StepSource::OpSequence {
+                first_op,
+                ops_per_step,
+            },
+        )
+    })
+}
+
+/// Host ranges labelled `step 1`, `step 2`, ...
+fn numbered(r: Vec<(i64, i64)>) -> Vec<HostRange> {
+    r.into_iter()
+        .enumerate()
+        .map(|(i, (a, b))| (a, b, format!("step {}", i + 1)))
+        .collect()
+}
+
+/// Whether a step of `len` ns at an edge of the trace is an iteration like `others`:
+/// from half their median (the profiler started or stopped inside it) to a quarter more.
+fn like_the_others(len: i64, others: &[(i64, i64)]) -> bool {
+    let mut d: Vec<i64> = others.iter().map(|(a, b)| b - a).collect();
+    if d.is_empty() || len <= 0 {
+        return false;
+    }
+    d.sort_unstable();
+    let m = d[d.len() / 2];
+    2 * len >= m && 4 * len <= 5 * m
+}
+
+/// Start of the first top-level op on the thread of the op that starts at `at`.
+fn first_op_start(p: &Profile, at: i64) -> Option<i64> {
+    let o = p.ops.iter().find(|o| o.ts_ns == at)?;
+    p.ops
+        .iter()
+        .filter(|x| x.pid == o.pid && x.tid == o.tid && x.parent.is_none())
+        .filter(|x| !x.name.starts_with("ProfilerStep#"))
+        .map(|x| x.ts_ns)
+        .min()
+}
+
+/// End of the last top-level op on the thread of the op that starts at `at`.
+fn last_op_end(p: &Profile, at: i64) -> Option<i64> {
+    let o = p.ops.iter().find(|o| o.ts_ns == at)?;
+    p.ops
+        .iter()
+        .filter(|x| x.pid == o.pid && x.tid == o.tid && x.parent.is_none())
+        .map(|x| x.end_ns())
+        .max()
 }
 
 /// Annotations whose name starts with `prefix`, sorted, when at least three repeat:

@@ -14,6 +14,7 @@
 //!   "step_loop": { "file": str, "line": int, "function": str } | null,   // since 1.1
 //!   "warmup_steps", "steps_requested", "steps_recorded": int,
 //!   "detail_step": int|null,        // since 1.1: ProfilerStep#k of files.detail
+//!   "first_step_index": int|null,   // since 1.1: the iteration boundary 1 ended
 //!   "execution_trace_step": int|null,  // 1.0 only: the ET's step in files.trace
 //!   "options": {...},               // profiler options, as written
 //!   "program": { "status": "completed"|"crashed"|"running", "exit_code": int|null,
@@ -137,6 +138,9 @@ pub struct Manifest {
     /// The detail step's `ProfilerStep#k` (in `files.detail`).
     #[serde(deserialize_with = "lenient")]
     pub detail_step: Option<u64>,
+    /// The program's iteration (0-based) that the first counted step boundary ended.
+    #[serde(deserialize_with = "lenient")]
+    pub first_step_index: Option<u64>,
     /// Format 1.0: the step of `files.trace` that carried the execution trace.
     #[serde(deserialize_with = "lenient", skip_serializing_if = "Option::is_none")]
     pub execution_trace_step: Option<u64>,
