@@ -15,3 +15,7 @@ def choose_loop(candidates: list[tuple[int, int, int, int, float]]) -> int | Non
 
 def version() -> str:
     """The engine's version."""
+
+def read_manifest(path: str) -> str:
+    """The manifest at `path` as the engine's typed Manifest reads it, as JSON:
+    {"manifest": {...}, "unknown": [fields it does not know]}."""

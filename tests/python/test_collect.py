@@ -435,3 +435,21 @@ def test_boot_hook_survives_spec_probes_and_a_python_launcher(tmp_path: Path) ->
     env.pop("TENSIGHT_OWNER_PID", None)
     r = subprocess.run([sys.executable, "-c", launcher], env=env, capture_output=True, text=True, timeout=300)
     assert "active HardwareCollector" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_manifest_round_trips_through_the_engine(train_bundle: tuple[Path, Any]) -> None:
+    """The bundle contract: every field the collector writes is a field of the engine's
+    typed Manifest, read back with the same value (and the other way round)."""
+    import dataclasses
+
+    from tensight import _native
+    from tensight.bundle import Manifest
+
+    bundle, _ = train_bundle
+    written = manifest(bundle)
+    read = json.loads(_native.read_manifest(str(bundle / "manifest.json")))
+    assert read["unknown"] == []
+    engine = read["manifest"]
+    assert {k: engine[k] for k in written} == written
+    python_fields = {f.name for f in dataclasses.fields(Manifest)}
+    assert set(engine) - {"execution_trace_step"} == python_fields

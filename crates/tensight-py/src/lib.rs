@@ -73,6 +73,21 @@ fn choose_loop(candidates: Vec<(u32, usize, i64, i64, f64)>) -> Option<usize> {
     tensight::model::steps::choose_repeating(&c)
 }
 
+/// The bundle manifest at `path` as the engine reads it (its typed `Manifest`), as JSON:
+/// `{"manifest": {...}, "unknown": [field, ...]}`, the fields this engine does not know
+/// apart. The round-trip test of the bundle contract holds the collector to it.
+#[pyfunction]
+fn read_manifest(py: Python<'_>, path: String) -> PyResult<String> {
+    use tensight::read::bundle::manifest::Manifest;
+    let bytes = std::fs::read(&path)
+        .map_err(|e| value_error(py, tensight::Error::new(format!("failed to read {path}: {e}"))))?;
+    let mut m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
+        value_error(py, tensight::Error::new(format!("{path} is not a manifest: {e}")))
+    })?;
+    let unknown: Vec<String> = std::mem::take(&mut m.extra).keys().cloned().collect();
+    Ok(serde_json::json!({"manifest": m, "unknown": unknown}).to_string())
+}
+
 /// The engine's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -86,5 +101,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report_text, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(choose_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
     Ok(())
 }
