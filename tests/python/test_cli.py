@@ -94,7 +94,15 @@ def test_a_csv_from_another_run_is_said_to_match_poorly() -> None:
 def test_unknown_demo() -> None:
     r = run("demo", "nope")
     assert r.returncode == 2
-    assert r.stderr.startswith("error: unknown demo nope") and "hint: the demos are:" in r.stderr
+    assert r.stderr.startswith("error: invalid value 'nope'") and "transposed-chain" in r.stderr
+
+
+def test_demo_help_lists_every_demo() -> None:
+    listed = run("demo", "nope").stderr.split("[possible values: ")[1].split("]")[0].split(", ")
+    helped = run("demo", "--help").stdout
+    assert len(listed) == 8
+    for name in listed:
+        assert f"- {name}:" in helped, name
 
 
 @pytest.mark.parametrize("trace", KINETO_TRACES, ids=_ids(KINETO_TRACES))

@@ -75,6 +75,15 @@ pub const DEMOS: &[Demo] = &[
     },
 ];
 
+/// The demos' names, for the command line (its `--help` lists them, with what each is).
+pub fn names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        DEMOS
+            .iter()
+            .map(|d| clap::builder::PossibleValue::new(d.name).help(d.what)),
+    )
+}
+
 /// Find a demo by name.
 pub fn find(name: &str) -> Option<&'static Demo> {
     DEMOS.iter().find(|d| d.name == name)

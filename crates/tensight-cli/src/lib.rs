@@ -72,11 +72,9 @@ enum Command {
     )]
     Bench(run::BenchArgs),
     /// Analyze real profiles recorded on an NVIDIA H200 that ship with tensight.
-    #[command(
-        after_help = "Demos: resnet50 (default), late-migration, launch-bound, fp32-gemm, sync-in-loop, probe"
-    )]
     Demo {
         /// Which demo (default: resnet50, followed by a line for each of the others).
+        #[arg(value_parser = demo::names())]
         name: Option<String>,
         #[command(flatten)]
         out: OutputArgs,
@@ -211,14 +209,11 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
             })
         }
         Command::Demo { name, out } => {
-            let demo = match name.as_deref() {
-                None => &demo::DEMOS[0],
-                Some(n) => demo::find(n).ok_or_else(|| {
-                    let names: Vec<&str> = demo::DEMOS.iter().map(|d| d.name).collect();
-                    tensight::Error::new(format!("unknown demo {n}"))
-                        .with_hint(format!("the demos are: {}", names.join(", ")))
-                })?,
-            };
+            // clap has checked the name against demo::names().
+            let demo = name
+                .as_deref()
+                .and_then(demo::find)
+                .unwrap_or(&demo::DEMOS[0]);
             let report = demo.report()?;
             emit(&report, &out)?;
             if name.is_none() && out.format == Format::Text && out.output.is_none() {

@@ -79,10 +79,17 @@ fn choose_loop(candidates: Vec<(u32, usize, i64, i64, f64)>) -> Option<usize> {
 #[pyfunction]
 fn read_manifest(py: Python<'_>, path: String) -> PyResult<String> {
     use tensight::read::bundle::manifest::Manifest;
-    let bytes = std::fs::read(&path)
-        .map_err(|e| value_error(py, tensight::Error::new(format!("failed to read {path}: {e}"))))?;
+    let bytes = std::fs::read(&path).map_err(|e| {
+        value_error(
+            py,
+            tensight::Error::new(format!("failed to read {path}: {e}")),
+        )
+    })?;
     let mut m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
-        value_error(py, tensight::Error::new(format!("{path} is not a manifest: {e}")))
+        value_error(
+            py,
+            tensight::Error::new(format!("{path} is not a manifest: {e}")),
+        )
     })?;
     let unknown: Vec<String> = std::mem::take(&mut m.extra).keys().cloned().collect();
     Ok(serde_json::json!({"manifest": m, "unknown": unknown}).to_string())

@@ -1,0 +1,38 @@
+"""The README agrees with the code on what the code knows: the JSON schema version, the
+bundle format version and the demos."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import tensight
+from helpers import TENSIGHT
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_schema_version() -> None:
+    said = re.search(r"`schema_version`, now (\d+\.\d+)", README)
+    assert said, "the README names the JSON schema version"
+    assert said.group(1) == tensight.analyze(ROOT / "tests/fixtures/h200-probe/kineto_trace.json.gz")[
+        "schema_version"]
+
+
+def test_bundle_format_version() -> None:
+    contract = json.loads((ROOT / "python/tensight/contract.json").read_text())
+    said = re.search(r"`manifest.json` \(format\s+(\d+\.\d+)", README)
+    assert said, "the README names the bundle format version"
+    assert said.group(1) == contract["format_version"]
+
+
+def test_demos_in_the_readme_exist() -> None:
+    helped = subprocess.run([TENSIGHT, "demo", "--help"], capture_output=True, text=True,
+                            timeout=60).stdout
+    for name in re.findall(r"tensight demo (?:\[NAME\]\s+# real H200 profiles: )?([a-z0-9-]+)",
+                           README):
+        if name != "NAME":
+            assert f"- {name}:" in helped, name
