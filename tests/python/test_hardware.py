@@ -223,3 +223,26 @@ def test_no_marker_for_step_1_or_under_the_programs_own_dispatch_mode(tmp_path: 
     assert r.returncode == 0, r.stderr
     assert mark["repeats_note"] == "the program runs a dispatch mode: every launch profiled", mark
     assert mark["range"] == "closed" and mark["op_calls"] is None, mark
+
+
+def test_the_hardware_pass_wraps_a_step_of_the_first_runs_loop(tmp_path: Path) -> None:
+    """A program with neither optimizer nor module: the first run finds its steps as the
+    iterations of a loop; the second run, told that loop, wraps one of its iterations."""
+    prog = tmp_path / "bench.py"
+    prog.write_text("import torch\n"
+                    "x = torch.randn(64, 64)\n"
+                    "setup = [torch.randn(4) for _ in range(5)]\n"
+                    "for i in range(40):\n"
+                    "    x = torch.tanh(x @ x.T / 64)\n")
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("TENSIGHT_", "FAKE_NCU"))}
+    full["TENSIGHT_NCU"] = str(FAKE_NCU)
+    out = tmp_path / "bundle"
+    r = subprocess.run([TENSIGHT, "run", "--steps", "2", "--warmup", "2", "--hardware", "--out",
+                        str(out), "--", sys.executable, str(prog)],
+                       capture_output=True, text=True, env=full, timeout=300, check=False)
+    assert_no_crash(r)
+    assert r.returncode == 0, r.stderr
+    m = manifest(out)
+    assert m["step_detection"] == "loop" and m["step_loop"]["line"] == 4, m["step_loop"]
+    assert m["hardware"]["status"] == "recorded", m["hardware"]
+    assert "hardware: recorded for step 3" in r.stderr, r.stderr
