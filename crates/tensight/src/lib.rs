@@ -1,11 +1,13 @@
 //! tensight: why a PyTorch GPU program is slow, and what to change.
 //!
 //! Data flows one way: [`read`] (trace bytes → [`model::Profile`]) → [`analysis`]
-//! (per-step metrics, FLOPs, roofline) → [`rules`] (findings ranked by estimated saving)
-//! → [`report`] (terminal, JSON). Nothing imports a later stage. No PyO3 and no CLI here:
+//! (per-step metrics, FLOPs, roofline, the shared measurements rules read) → [`rules`]
+//! (each rule's findings) → [`diagnosis`] (the findings ranked by estimated saving) →
+//! [`report`] (terminal, JSON). Nothing imports a later stage. No PyO3 and no CLI here:
 //! those live in the `tensight-py` and `tensight-cli` crates.
 
 pub mod analysis;
+pub mod diagnosis;
 pub mod error;
 pub mod model;
 pub mod read;
@@ -70,7 +72,7 @@ pub fn analyze_bundle_bytes(
 /// Analyse and diagnose a loaded profile.
 pub fn diagnose(loaded: read::Loaded, input: String) -> report::Report {
     let metrics = analysis::analyze(&loaded.profile);
-    let diagnosis = rules::diagnose(&rules::Context::new(&loaded.profile, &metrics));
+    let diagnosis = diagnosis::diagnose(&rules::Context::new(&loaded.profile, &metrics));
     report::Report {
         profile: loaded.profile,
         metrics,

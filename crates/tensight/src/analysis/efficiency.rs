@@ -24,6 +24,11 @@ use crate::model::hardware::{kernel_key, HwKernel};
 use crate::model::Profile;
 use serde::Serialize;
 
+/// Excess factor from which a kernel's access counts as wasteful (V001, M001).
+pub(crate) const MIN_FACTOR: f64 = 2.0;
+/// Excess bytes from which it is reported (V001, M001).
+pub(crate) const MIN_EXCESS_BYTES: f64 = 1024.0 * 1024.0;
+
 /// Bytes per sector.
 pub const SECTOR_BYTES: f64 = 32.0;
 

@@ -10,8 +10,13 @@ pub mod devices;
 pub mod efficiency;
 pub mod flops;
 pub mod forest;
+pub mod gemm;
+pub mod host_work;
 pub mod kernels;
+pub mod migration;
+pub mod replay;
 pub mod timeline;
+pub mod transfers;
 pub mod views;
 
 use crate::model::{GpuKind, OpKind, Profile};

@@ -11,8 +11,8 @@ pub mod json;
 pub mod terminal;
 
 use crate::analysis::RunMetrics;
+use crate::diagnosis::Diagnosis;
 use crate::model::Profile;
-use crate::rules::Diagnosis;
 
 /// Everything a renderer needs.
 pub struct Report {

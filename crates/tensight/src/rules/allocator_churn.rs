@@ -1,9 +1,11 @@
 //! A002 allocator-churn: `cudaMalloc`, `cudaFree` and `cudaHostAlloc` calls inside the
 //! steps, which a warmed-up caching allocator should make rare.
 
-use super::host_work::{frames_at, idle_overlap, idle_until, step_of, user_frame_at, Steady};
 use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
+};
+use crate::analysis::host_work::{
+    frames_at, idle_overlap, idle_until, step_of, user_frame_at, Steady,
 };
 use crate::model::RuntimeKind;
 use std::collections::BTreeMap;

@@ -1,10 +1,10 @@
 //! D002 copy-compute-overlap: host↔device copies that run alone on the GPU while the
 //! work queued behind them waits, instead of overlapping with compute.
 
-use super::host_work::Steady;
 use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
 };
+use crate::analysis::host_work::Steady;
 use crate::analysis::timeline::overlap;
 use crate::model::{CopyDir, Profile};
 use std::collections::BTreeMap;

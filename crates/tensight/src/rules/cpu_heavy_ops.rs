@@ -1,10 +1,10 @@
 //! C001 cpu-heavy-ops: ops that launch GPU work but spend far longer on the host than
 //! their kernels take, while the GPU waits.
 
-use super::host_work::{idle_overlap, is_top_level, step_of, Steady};
 use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
+use crate::analysis::host_work::{idle_overlap, is_top_level, step_of, Steady};
 use crate::model::{OpKind, Profile, RuntimeKind};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,15 +1,15 @@
 //! C004 cpu-preprocessing: tensor work done on the CPU inside the step, on the training
 //! thread, while the GPU waits (normalising, resizing, augmenting before `.cuda()`).
 
-use super::host_work::{
-    idle_overlap, inside_any, is_top_level, main_thread, not_computing, numel, step_of, Launched,
-    Steady,
-};
 use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule,
     RuleMeta, Status,
 };
 use crate::analysis::flops::{parse_dims, parse_types, Dtype};
+use crate::analysis::host_work::{
+    idle_overlap, inside_any, is_top_level, main_thread, not_computing, numel, step_of, Launched,
+    Steady,
+};
 use crate::model::{CopyDir, CpuOp, OpKind, Profile};
 use std::collections::{BTreeMap, HashSet};
 
@@ -183,11 +183,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let steady = Steady::of(p);
     // What other rules own.
     let mut claimed: HashSet<u32> = HashSet::new();
-    for m in super::late_gpu_migration::find(ctx, launched) {
+    for m in crate::analysis::migration::find(p, &ctx.metrics.timeline, launched) {
         claimed.insert(m.factory);
         claimed.extend(m.chain);
     }
-    let trips: Vec<(i64, i64)> = super::device_ping_pong::round_trips(ctx)
+    let trips: Vec<(i64, i64)> = crate::analysis::transfers::round_trips(p, &ctx.metrics.timeline)
         .into_iter()
         .map(|t| t.window)
         .collect();

@@ -1,8 +1,8 @@
 //! D003 data-loader-wait: the training loop waits for the DataLoader's next batch while
 //! the GPU sits idle.
 
-use super::host_work::{idle_overlap, Steady};
 use super::{ev, fmt_ms, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status};
+use crate::analysis::host_work::{idle_overlap, Steady};
 use crate::model::{OpKind, Profile};
 
 /// Registration.

@@ -1,13 +1,14 @@
 //! C002 device-ping-pong: data moved between host and device back and forth inside a
 //! step (GPU → CPU → GPU), or a great many transfers per step.
 
-use super::host_work::{blocked_window, not_computing, Steady};
 use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule,
     RuleMeta, Status,
 };
+use crate::analysis::host_work::{blocked_window, not_computing, Steady};
+use crate::analysis::transfers::{round_trips, step_copies, RoundTrip, SCALAR_BYTES};
 use crate::analysis::TransferStats;
-use crate::model::{CopyDir, Profile};
+use crate::model::Profile;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -72,82 +73,10 @@ and, when the trace has no step markers, everything before the first GPU activit
 "#,
 };
 
-/// Copies of this many bytes or fewer are scalar reads (S001's).
-const SCALAR_BYTES: u64 = 64;
 /// Transfers per step from which "many transfers" applies.
 const MANY_PER_STEP: f64 = 16.0;
 /// Smallest saving reported, ms per step.
 const MIN_SAVING_MS: f64 = 0.02;
-
-/// A GPU → CPU → GPU round trip.
-pub(super) struct RoundTrip {
-    /// The device-to-host copy (index into `gpu`).
-    pub d2h: u32,
-    /// The host-to-device copy of the same bytes.
-    pub h2d: u32,
-    /// Host-side window: from the DtoH call's start to the end of the HtoD copy.
-    pub window: (i64, i64),
-}
-
-/// Every round trip inside the steps. Shared with C004, which leaves the host work
-/// inside these windows to this rule.
-pub(super) fn round_trips(ctx: &Context) -> Vec<RoundTrip> {
-    let p = ctx.profile;
-    let mut out = Vec::new();
-    for s in &p.steps {
-        let copies = step_copies(ctx, s.start_ns, s.end_ns);
-        let mut used = vec![false; copies.len()];
-        for (i, &di) in copies.iter().enumerate() {
-            let d = &p.gpu[di as usize];
-            if d.copy_dir() != Some(CopyDir::DtoH) || d.bytes.is_none_or(|b| b <= SCALAR_BYTES) {
-                continue;
-            }
-            let back = copies.iter().enumerate().skip(i + 1).find(|&(j, &hi)| {
-                let h = &p.gpu[hi as usize];
-                !used[j]
-                    && h.copy_dir() == Some(CopyDir::HtoD)
-                    && h.bytes == d.bytes
-                    && h.ts_ns >= d.end_ns()
-            });
-            let Some((j, &hi)) = back else { continue };
-            used[j] = true;
-            let h = &p.gpu[hi as usize];
-            let start = d
-                .runtime
-                .and_then(|r| p.runtime.get(r as usize))
-                .map_or(d.ts_ns, |r| r.ts_ns.min(d.ts_ns));
-            let end = h
-                .runtime
-                .and_then(|r| blocked_window(p, r))
-                .map_or(h.end_ns(), |w| w.1.max(h.end_ns()));
-            out.push(RoundTrip {
-                d2h: di,
-                h2d: hi,
-                window: (start, end),
-            });
-        }
-    }
-    out
-}
-
-/// HtoD/DtoH copies that start in [lo, hi), in time order.
-fn step_copies(ctx: &Context, lo: i64, hi: i64) -> Vec<u32> {
-    let p = ctx.profile;
-    let all = &ctx.metrics.timeline.gpu_in_steps;
-    let from = all.partition_point(|&gi| p.gpu.get(gi as usize).is_some_and(|g| g.ts_ns < lo));
-    all[from..]
-        .iter()
-        .copied()
-        .take_while(|&gi| p.gpu.get(gi as usize).is_some_and(|g| g.ts_ns < hi))
-        .filter(|&gi| {
-            p.gpu.get(gi as usize).is_some_and(|g| {
-                g.ts_ns >= lo
-                    && g.ts_ns < hi
-                    && matches!(g.copy_dir(), Some(CopyDir::HtoD | CopyDir::DtoH))
-            })
-        })
-        .collect()
-}
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
@@ -162,7 +91,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         d2h.bytes += s.d2h.bytes;
     }
     let transfers_per_step = (h2d.count + d2h.count) as f64 / n;
-    let trips: Vec<RoundTrip> = round_trips(ctx)
+    let trips: Vec<RoundTrip> = round_trips(p, &ctx.metrics.timeline)
         .into_iter()
         .filter(|t| steady.includes(p, t.window.0))
         .collect();
@@ -177,7 +106,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         let in_trip: std::collections::HashSet<u32> =
             trips.iter().flat_map(|t| [t.d2h, t.h2d]).collect();
         for s in p.steps.iter().skip(steady.first) {
-            let costs: Vec<i64> = step_copies(ctx, s.start_ns, s.end_ns)
+            let costs: Vec<i64> = step_copies(p, &ctx.metrics.timeline, s.start_ns, s.end_ns)
                 .into_iter()
                 .filter(|gi| !in_trip.contains(gi))
                 .filter(|&gi| p.gpu[gi as usize].bytes.is_none_or(|b| b > SCALAR_BYTES))

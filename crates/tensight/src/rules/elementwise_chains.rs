@@ -1,10 +1,9 @@
 //! G001 elementwise-chains: runs of short memory-bound kernels, one per op, that a
 //! compiler would fuse into one pass.
 
-use super::{
-    ev, fmt_ms, op_location, replay, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
-};
+use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::kernels::{classify, KernelClass};
+use crate::analysis::replay;
 use crate::analysis::timeline::{gpu_range, overlap};
 use crate::model::{OpKind, Profile, RuntimeKind};
 use rustc_hash::FxHashMap;

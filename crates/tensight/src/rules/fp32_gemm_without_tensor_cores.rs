@@ -1,21 +1,16 @@
 //! T001 fp32-gemm-without-tensor-cores: float32 matmuls and convolutions run on the CUDA
 //! cores (SIMT FFMA) although the GPU has TF32 tensor cores.
 //!
-//! Also home of the FP32 GEMM/conv kernel model that T003 (no-autocast) builds on, so the
-//! two rules share one account of each kernel: T001 estimates the TF32 time, T003 starts
-//! from it.
+//! The FP32 GEMM/conv kernel model it shares with T003 (no-autocast), one account of
+//! each kernel, is `analysis::gemm`: T001 estimates the TF32 time, T003 starts from it.
 
-use super::{
-    ev, fmt_ms, op_location, replay, Category, Context, Draft, Finding, Location, Rule, RuleMeta,
-    Status,
-};
+use super::{ev, fmt_ms, gemm_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::devices::Ceilings;
-use crate::analysis::flops::{op_cost, CostKind, Dtype, OpCost};
-use crate::analysis::kernels::{
-    classify, is_fp32_simt_gemm, is_tf32_gemm, uses_tensor_cores, KernelClass,
+use crate::analysis::gemm::{
+    fp32_kernels, group, peaks, tf32_ns, Fp32Kernel, GemmKind, COMPUTE_BOUND_EFF,
 };
-use crate::model::Profile;
-use std::collections::{BTreeMap, HashMap};
+use crate::analysis::replay;
+use std::collections::HashMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -84,10 +79,6 @@ the trace with the TF32 times: only time on the GPU's critical path counts.
 
 /// Report when the kernels take at least this share of the kernel time (%).
 const MIN_SHARE_PCT: f64 = 5.0;
-/// A kernel at this fraction of the FP32 peak or more is taken as fully compute-bound.
-pub(super) const COMPUTE_BOUND_EFF: f64 = 0.3;
-/// No GEMM/conv kernel is modelled shorter than this (ns): launch, ramp-up and tail.
-pub(super) const MIN_KERNEL_NS: f64 = 2_000.0;
 /// TF32 must beat FP32 by this factor for the rule to apply (GPUs without TF32 list the
 /// FP32 rate as their TF32 rate).
 const MIN_GAIN: f64 = 1.05;
@@ -95,7 +86,7 @@ const MIN_GAIN: f64 = 1.05;
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
     let m = ctx.metrics;
-    let Some(c) = peaks(ctx) else {
+    let Some(c) = peaks(ctx.profile, ctx.metrics) else {
         return Vec::new();
     };
     if c.tf32_tflops < c.fp32_tflops * MIN_GAIN || m.kernels.total_ns <= 0 {
@@ -239,287 +230,9 @@ fn finding(
         evidence,
         explanation,
         fixes,
-        locations: groups.into_iter().take(5).map(|g| g.location(p, n)).collect(),
+        locations: groups.iter().take(5).map(|g| gemm_location(p, g, n)).collect(),
     };
     d.finish(&META, ctx)
-}
-
-/// The ceilings for precision-to-precision speed-ups: datasheet peaks for every format
-/// (a ratio of two peaks must come from one source: a measured bf16 rate against a
-/// datasheet TF32 rate would understate the gain) with the bandwidth the analysis uses
-/// (measured where available).
-pub(super) fn peaks(ctx: &Context) -> Option<Ceilings> {
-    let c = ctx.metrics.device.as_ref().and_then(|d| d.ceilings)?;
-    let sheet = ctx
-        .profile
-        .main_device()
-        .and_then(crate::analysis::devices::lookup_device)
-        .unwrap_or(c);
-    Some(Ceilings {
-        mem_bw_gbs: c.mem_bw_gbs,
-        source: if c.source == sheet.source {
-            c.source
-        } else {
-            "datasheet peaks; measured bandwidth"
-        },
-        ..sheet
-    })
-}
-
-/// Matmul or convolution: the switches that enable TF32 differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum GemmKind {
-    /// `aten::mm`, `addmm`, `bmm`, `linear`, `matmul` (cuBLAS).
-    Matmul,
-    /// Convolutions, forward and backward (cuDNN).
-    Conv,
-}
-
-impl GemmKind {
-    fn label(self) -> &'static str {
-        match self {
-            GemmKind::Matmul => "matmul",
-            GemmKind::Conv => "convolution",
-        }
-    }
-}
-
-/// One float32 GEMM or convolution kernel in the steps.
-pub(super) struct Fp32Kernel {
-    /// Index into `Profile::gpu`.
-    pub gpu: u32,
-    /// The op it belongs to: the outermost op with a FLOP formula, else the launching op.
-    pub op: Option<u32>,
-    /// Matmul or convolution.
-    pub kind: GemmKind,
-    /// Already on tensor cores (TF32).
-    pub tensor_cores: bool,
-    /// Its share of the op's FLOPs (by time among the op's GEMM/conv kernels).
-    pub flops: Option<f64>,
-    /// Its share of the op's minimum bytes, in float32.
-    pub bytes: Option<f64>,
-    /// The op's cost, for locations.
-    pub cost: Option<OpCost>,
-}
-
-/// Float32 GEMM and convolution kernels among `acts` (indices into `Profile::gpu`), in
-/// order. A kernel counts when it is a GEMM/conv by name (or a SIMT FP32 GEMM) and its op's
-/// main input is float32 or, without recorded shapes, its name says FP32 or TF32.
-pub(super) fn fp32_kernels(p: &Profile, acts: &[u32]) -> Vec<Fp32Kernel> {
-    let mut costs: HashMap<u32, Option<OpCost>> = HashMap::new();
-    let mut out: Vec<Fp32Kernel> = Vec::new();
-    // Per costed op: total time of its GEMM/conv kernels, to split FLOPs by time.
-    let mut op_time: HashMap<u32, i64> = HashMap::new();
-    for &gi in acts {
-        let g = &p.gpu[gi as usize];
-        if !g.is_kernel() {
-            continue;
-        }
-        let class = classify(&g.name);
-        let simt = is_fp32_simt_gemm(&g.name);
-        if !(matches!(class, KernelClass::Gemm | KernelClass::Conv) || simt) {
-            continue;
-        }
-        let costed = g.op.and_then(|o| costed_op(p, o, &mut costs));
-        let (op, cost) = match costed {
-            Some((o, c)) => (Some(o), Some(c)),
-            None => (g.op, None),
-        };
-        let fp32 = match cost {
-            Some(c) => c.dtype == Dtype::F32,
-            None => simt || is_tf32_gemm(&g.name),
-        };
-        if !fp32 {
-            continue;
-        }
-        let kind = match (cost.map(|c| c.kind), class) {
-            (Some(CostKind::Conv), _) | (None, KernelClass::Conv) => GemmKind::Conv,
-            _ => GemmKind::Matmul,
-        };
-        if let (Some(o), Some(_)) = (op, cost) {
-            *op_time.entry(o).or_default() += g.dur_ns;
-        }
-        out.push(Fp32Kernel {
-            gpu: gi,
-            op,
-            kind,
-            tensor_cores: uses_tensor_cores(&g.name),
-            flops: None,
-            bytes: None,
-            cost,
-        });
-    }
-    for k in &mut out {
-        let (Some(o), Some(c)) = (k.op, k.cost) else {
-            continue;
-        };
-        let total = op_time.get(&o).copied().unwrap_or(0);
-        if total > 0 {
-            let share = p.gpu[k.gpu as usize].dur_ns as f64 / total as f64;
-            k.flops = Some(c.flops * share);
-            k.bytes = Some(c.min_bytes * share);
-        }
-    }
-    out
-}
-
-/// The outermost op above `op` (itself included) with a GEMM or convolution cost.
-fn costed_op(
-    p: &Profile,
-    op: u32,
-    cache: &mut HashMap<u32, Option<OpCost>>,
-) -> Option<(u32, OpCost)> {
-    let mut best = None;
-    for a in p.op_ancestors(op) {
-        let c = *cache
-            .entry(a)
-            .or_insert_with(|| p.ops.get(a as usize).and_then(op_cost));
-        if let Some(c) = c.filter(|c| matches!(c.kind, CostKind::Gemm | CostKind::Conv)) {
-            best = Some((a, c));
-        }
-    }
-    best
-}
-
-/// The modelled TF32 time of an FP32 kernel (ns): its measured time when it already uses
-/// tensor cores, else max(FLOPs / TF32 peak, bytes / bandwidth, 2 µs, time scaled by
-/// FP32/TF32 on its compute-bound share), never more than its measured time.
-pub(super) fn tf32_ns(p: &Profile, k: &Fp32Kernel, c: &Ceilings) -> i64 {
-    let dur = p.gpu[k.gpu as usize].dur_ns;
-    if k.tensor_cores || dur <= 0 {
-        return dur;
-    }
-    let t = speedup_time(
-        dur as f64,
-        k.flops,
-        k.bytes,
-        c.fp32_tflops,
-        c.tf32_tflops,
-        c.mem_bw_gbs,
-    );
-    t.round() as i64
-}
-
-/// Time (ns) of a kernel of `dur` ns moved from a peak of `from_tflops` to `to_tflops`:
-/// the ratio applies to its compute-bound share (achieved rate / `COMPUTE_BOUND_EFF` of
-/// the old peak, at most 1; 1 when FLOPs are unknown), floored by FLOPs at the new peak,
-/// `bytes` at `bw_gbs` and `MIN_KERNEL_NS`, capped at `dur`.
-pub(super) fn speedup_time(
-    dur: f64,
-    flops: Option<f64>,
-    bytes: Option<f64>,
-    from_tflops: f64,
-    to_tflops: f64,
-    bw_gbs: f64,
-) -> f64 {
-    if dur <= 0.0 || to_tflops <= 0.0 || from_tflops <= 0.0 {
-        return dur.max(0.0);
-    }
-    let share = match flops {
-        Some(f) if f > 0.0 => ((f / dur / 1e3) / (from_tflops * COMPUTE_BOUND_EFF)).min(1.0),
-        Some(_) => 0.0,
-        None => 1.0,
-    };
-    let scaled = dur * (1.0 - share * (1.0 - from_tflops / to_tflops));
-    let compute = flops.map_or(0.0, |f| f / (to_tflops * 1e3));
-    let memory = bytes.map_or(0.0, |b| if bw_gbs > 0.0 { b / bw_gbs } else { 0.0 });
-    scaled.max(compute).max(memory).max(MIN_KERNEL_NS).min(dur)
-}
-
-/// Kernels of one op name, kernel name and shape, for locations.
-pub(super) struct Group {
-    op: Option<u32>,
-    op_name: String,
-    kernel: String,
-    shape: Option<String>,
-    count: u64,
-    dur_ns: i64,
-    saved_ns: i64,
-}
-
-impl Group {
-    /// A location: op, kernel, shapes and time per step.
-    pub(super) fn location(&self, p: &Profile, n: f64) -> Location {
-        let mut loc = self.op.map(|o| op_location(p, o)).unwrap_or_default();
-        if loc.op.is_none() && !self.op_name.is_empty() {
-            loc.op = Some(self.op_name.clone());
-        }
-        loc.kernel = Some(self.kernel.clone());
-        let time = format!(
-            "{:.0}× per step, {} per step, saves ~{} of GPU time",
-            self.count as f64 / n,
-            fmt_ms(self.dur_ns as f64 / 1e6 / n),
-            fmt_ms(self.saved_ns as f64 / 1e6 / n)
-        );
-        loc.tensor = Some(match &self.shape {
-            Some(s) => format!("{s}; {time}"),
-            None => time,
-        });
-        loc
-    }
-}
-
-/// Group kernels by (op name, kernel name, input shapes), largest GPU saving first.
-pub(super) fn group(p: &Profile, ks: &[&Fp32Kernel], new_dur: &HashMap<u32, i64>) -> Vec<Group> {
-    let mut m: BTreeMap<(String, String, String), Group> = BTreeMap::new();
-    for k in ks {
-        let g = &p.gpu[k.gpu as usize];
-        let op_name =
-            k.op.map(|o| p.ops[o as usize].name.to_string())
-                .unwrap_or_default();
-        let shape = k.op.and_then(|o| shapes(p, o));
-        let e = m
-            .entry((
-                op_name.clone(),
-                g.name.to_string(),
-                shape.clone().unwrap_or_default(),
-            ))
-            .or_insert_with(|| Group {
-                op: k.op,
-                op_name,
-                kernel: g.name.to_string(),
-                shape,
-                count: 0,
-                dur_ns: 0,
-                saved_ns: 0,
-            });
-        e.count += 1;
-        e.dur_ns += g.dur_ns;
-        e.saved_ns += g.dur_ns - new_dur.get(&k.gpu).copied().unwrap_or(g.dur_ns);
-    }
-    let mut v: Vec<Group> = m.into_values().collect();
-    v.sort_by(|a, b| {
-        b.saved_ns
-            .cmp(&a.saved_ns)
-            .then_with(|| b.dur_ns.cmp(&a.dur_ns))
-            .then_with(|| a.kernel.cmp(&b.kernel))
-    });
-    v
-}
-
-/// The tensor inputs of op `o` as recorded: `[32, 65536] × [65536, 10] float`.
-pub(super) fn shapes(p: &Profile, o: u32) -> Option<String> {
-    let op = p.ops.get(o as usize)?;
-    let dims = crate::analysis::flops::parse_dims(op.input_dims.as_deref()?);
-    let types = op
-        .input_types
-        .as_deref()
-        .map(crate::analysis::flops::parse_types)
-        .unwrap_or_default();
-    let parts: Vec<String> = dims
-        .iter()
-        .filter(|d| d.len() >= 2)
-        .map(|d| format!("{d:?}"))
-        .collect();
-    if parts.is_empty() {
-        return None;
-    }
-    let ty = types
-        .iter()
-        .find(|t| Dtype::from_kineto(t).is_some())
-        .cloned()
-        .unwrap_or_default();
-    Some(format!("{} {ty}", parts.join(" × ")).trim().to_string())
 }
 
 #[cfg(test)]

@@ -1,13 +1,12 @@
 //! T002 misaligned-gemm-shapes: 16-bit GEMMs whose leading dimensions are not multiples
 //! of 16 bytes, so cuBLAS falls back to narrow loads or slower kernels.
 
-use super::fp32_gemm_without_tensor_cores::shapes;
-use super::{
-    ev, fmt_ms, op_location, replay, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
-};
+use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::devices::Ceilings;
 use crate::analysis::flops::{op_cost, parse_dims, CostKind, Dtype, OpCost};
+use crate::analysis::gemm::shapes;
 use crate::analysis::kernels::{classify, stated_alignment, KernelClass};
+use crate::analysis::replay;
 use crate::model::Profile;
 use std::collections::{BTreeMap, HashMap};
 

@@ -18,7 +18,6 @@ mod device_ping_pong;
 mod elementwise_chains;
 mod fp32_gemm_without_tensor_cores;
 mod host_sync_in_step;
-mod host_work;
 mod kernel_diversity;
 mod late_gpu_migration;
 mod launch_bound;
@@ -29,12 +28,10 @@ mod no_autocast;
 mod non_contiguous_view_access;
 mod occupancy_limited;
 mod pageable_memcpy;
-mod replay;
 mod roofline_position;
 mod small_grids;
 mod transposed_chain;
 mod uncoalesced_global_access;
-pub mod unprofiled;
 
 use crate::analysis::RunMetrics;
 use crate::model::Profile;
@@ -247,7 +244,7 @@ pub struct Context<'a> {
     /// The measurements.
     pub metrics: &'a RunMetrics,
     /// GPU work per op, shared by the rules that need it (computed once, on first use).
-    launched: std::sync::OnceLock<host_work::Launched>,
+    launched: std::sync::OnceLock<crate::analysis::host_work::Launched>,
     /// V003's transposed chains, read by V001 too (computed once, on first use).
     chains: std::sync::OnceLock<transposed_chain::Chains>,
 }
@@ -267,10 +264,10 @@ impl<'a> Context<'a> {
         self.chains
             .get_or_init(|| transposed_chain::Chains::of(self))
     }
-    /// [`host_work::Launched::of`] the profile, computed once.
-    fn launched(&self) -> &host_work::Launched {
+    /// [`crate::analysis::host_work::Launched::of`] the profile, computed once.
+    fn launched(&self) -> &crate::analysis::host_work::Launched {
         self.launched
-            .get_or_init(|| host_work::Launched::of(self.profile))
+            .get_or_init(|| crate::analysis::host_work::Launched::of(self.profile))
     }
     /// Mean step time, ms (the denominator of every %).
     pub fn step_ms(&self) -> f64 {
@@ -412,29 +409,6 @@ pub fn find(code_or_name: &str) -> Option<&'static Rule> {
         .find(|r| r.meta.code.eq_ignore_ascii_case(code_or_name) || r.meta.name == code_or_name)
 }
 
-/// The result of running every rule.
-#[derive(Debug, Clone, Serialize)]
-pub struct Diagnosis {
-    /// Findings, largest saving first (ties by code).
-    pub findings: Vec<Finding>,
-    /// Code of the finding with the largest saving, if any saves time.
-    pub primary: Option<&'static str>,
-    /// Rules that could not run on this trace, with the reason.
-    pub skipped: Vec<SkippedRule>,
-    /// How savings were put into unprofiled time ([`unprofiled`]); `None`: they are on
-    /// the profiled timeline (no timing in the bundle, or the profiler did not slow it).
-    pub unprofiled: Option<unprofiled::Unprofiled>,
-}
-
-/// A rule that did not run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SkippedRule {
-    /// Rule code.
-    pub code: &'static str,
-    /// Why.
-    pub reason: String,
-}
-
 /// Codes of the rules that read Nsight Compute counters: without a hardware pass
 /// they are skipped, and said so, rather than run.
 pub const NEEDS_HARDWARE: [&str; 4] = ["M001", "M002", "M003", "V001"];
@@ -442,58 +416,6 @@ pub const NEEDS_HARDWARE: [&str; 4] = ["M001", "M002", "M003", "V001"];
 /// Whether rule `meta` reads hardware counters ([`NEEDS_HARDWARE`]).
 pub fn needs_hardware(meta: &RuleMeta) -> bool {
     NEEDS_HARDWARE.contains(&meta.code)
-}
-
-/// Run every rule and rank the findings.
-pub fn diagnose(ctx: &Context) -> Diagnosis {
-    use rayon::prelude::*;
-    let has_gpu = ctx.profile.has_gpu();
-    let has_hw = ctx.profile.hardware.is_some();
-    let runs = |m: &RuleMeta| (!m.needs_gpu || has_gpu) && (has_hw || !needs_hardware(m));
-    let skipped: Vec<SkippedRule> = REGISTRY
-        .iter()
-        .filter(|r| !runs(r.meta))
-        .map(|r| SkippedRule {
-            code: r.meta.code,
-            reason: if r.meta.needs_gpu && !has_gpu {
-                "the trace has no GPU activity".into()
-            } else {
-                "needs a hardware pass, from `tensight run --hardware` or `analyze --ncu FILE`"
-                    .into()
-            },
-        })
-        .collect();
-    // Rules are independent reads of the same model: run them in parallel; the sort
-    // below makes the order deterministic.
-    let mut findings: Vec<Finding> = REGISTRY
-        .par_iter()
-        .filter(|r| runs(r.meta))
-        .flat_map_iter(|r| (r.check)(ctx))
-        .collect();
-    let unprofiled = unprofiled::of(
-        ctx.profile,
-        ctx.step_ms(),
-        ctx.metrics.summary.gpu_busy_ms_per_step,
-    );
-    if let Some(u) = &unprofiled {
-        unprofiled::apply(&mut findings, u);
-    }
-    findings.sort_by(|a, b| {
-        b.saving_ms
-            .total_cmp(&a.saving_ms)
-            .then_with(|| a.code.cmp(b.code))
-            .then_with(|| a.title.cmp(&b.title))
-    });
-    let primary = findings
-        .iter()
-        .find(|f| f.saving_ms > 0.0 && f.category != Category::Roofline)
-        .map(|f| f.code);
-    Diagnosis {
-        findings,
-        primary,
-        skipped,
-        unprofiled,
-    }
 }
 
 /// Format ms with sensible precision.
@@ -521,6 +443,27 @@ pub fn fmt_bytes(b: f64) -> String {
     } else {
         format!("{v:.1} {}", U[i])
     }
+}
+
+/// Location of a group of GEMM/conv kernels (T001, T003): op, kernel, shapes and time
+/// per step (`n` steps).
+pub(crate) fn gemm_location(p: &Profile, g: &crate::analysis::gemm::Group, n: f64) -> Location {
+    let mut loc = g.op.map(|o| op_location(p, o)).unwrap_or_default();
+    if loc.op.is_none() && !g.op_name.is_empty() {
+        loc.op = Some(g.op_name.clone());
+    }
+    loc.kernel = Some(g.kernel.clone());
+    let time = format!(
+        "{:.0}× per step, {} per step, saves ~{} of GPU time",
+        g.count as f64 / n,
+        fmt_ms(g.dur_ns as f64 / 1e6 / n),
+        fmt_ms(g.saved_ns as f64 / 1e6 / n)
+    );
+    loc.tensor = Some(match &g.shape {
+        Some(s) => format!("{s}; {time}"),
+        None => time,
+    });
+    loc
 }
 
 /// Location of op `idx`: its name and, with stacks, the user's source line.

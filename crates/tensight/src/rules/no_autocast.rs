@@ -1,11 +1,10 @@
 //! T003 no-autocast: float32 GEMMs and convolutions take most of the GPU time and nothing
 //! runs in 16-bit: mixed precision (`torch.autocast`) is not used.
 
-use super::fp32_gemm_without_tensor_cores::{
-    fp32_kernels, group, peaks, speedup_time, tf32_ns, Fp32Kernel,
-};
-use super::{ev, fmt_ms, replay, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
+use super::{ev, fmt_ms, gemm_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
+use crate::analysis::gemm::{fp32_kernels, group, peaks, speedup_time, tf32_ns, Fp32Kernel};
 use crate::analysis::kernels::{classify, is_low_precision_gemm, KernelClass};
+use crate::analysis::replay;
 use std::collections::HashMap;
 
 /// Registration.
@@ -81,7 +80,7 @@ const MIN_GAIN: f64 = 1.05;
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
     let m = ctx.metrics;
-    let Some(c) = peaks(ctx) else {
+    let Some(c) = peaks(ctx.profile, ctx.metrics) else {
         return Vec::new();
     };
     let total_ns = m.kernels.total_ns;
@@ -220,7 +219,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
                 "For convnets, also `model.to(memory_format=torch.channels_last)`".into(),
             ]
         },
-        locations: locs.into_iter().take(5).map(|g| g.location(p, n)).collect(),
+        locations: locs.iter().take(5).map(|g| gemm_location(p, g, n)).collect(),
     };
     vec![d.finish(&META, ctx)]
 }

@@ -76,10 +76,7 @@ can remove it.
 "#,
 };
 
-/// Excess factor from which a kernel's access counts as wasteful.
-pub(crate) const MIN_FACTOR: f64 = 2.0;
-/// Excess bytes from which it is reported.
-pub(crate) const MIN_EXCESS_BYTES: f64 = 1024.0 * 1024.0;
+use crate::analysis::efficiency::{MIN_EXCESS_BYTES, MIN_FACTOR};
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;

@@ -1,10 +1,10 @@
 //! D001 pageable-memcpy: host↔device copies from or to pageable (not pinned) host
 //! memory, which block the host for the whole transfer.
 
-use super::host_work::{blocked_window, not_computing, Steady};
 use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
 };
+use crate::analysis::host_work::{blocked_window, not_computing, Steady};
 use crate::analysis::median;
 use crate::model::{CopyDir, GpuKind, MemKind, Profile};
 use std::collections::BTreeMap;

@@ -2,10 +2,10 @@
 //! SMs, so part of the GPU sits idle while they run.
 
 use super::{
-    ev, fmt_ms, op_location, replay, Category, Context, Draft, Finding, Location, Rule, RuleMeta,
-    Status,
+    ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
 use crate::analysis::kernels::{classify, KernelClass};
+use crate::analysis::replay;
 use crate::model::{GpuActivity, Profile};
 use std::collections::{BTreeMap, HashMap};
 

@@ -54,11 +54,11 @@ sectors it moves.
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
-    efficiency::attributed(p, ctx.steps(), super::non_contiguous_view_access::MIN_FACTOR)
+    efficiency::attributed(p, ctx.steps(), crate::analysis::efficiency::MIN_FACTOR)
         .into_iter()
         .filter(|a| {
             a.view.is_none()
-                && a.eff.excess_bytes >= super::non_contiguous_view_access::MIN_EXCESS_BYTES
+                && a.eff.excess_bytes >= crate::analysis::efficiency::MIN_EXCESS_BYTES
         })
         .map(|a| {
             let e = &a.eff;

@@ -29,7 +29,7 @@ const SKEW_NS: i64 = 5_000;
 
 /// Wall time saved over the analysed steps (ns, all steps together) if each GPU activity
 /// in `new_dur` (index into `Profile::gpu` → new duration, ns) took that long.
-pub(super) fn saving_ns(p: &Profile, new_dur: &HashMap<u32, i64>) -> i64 {
+pub(crate) fn saving_ns(p: &Profile, new_dur: &HashMap<u32, i64>) -> i64 {
     if new_dur.is_empty() {
         return 0;
     }

@@ -15,8 +15,8 @@
 //! unprofiled step can hold: unprofiled step − GPU busy time. A plain trace carries no
 //! unprofiled timing: its savings stay on the profiled timeline, as its report says.
 
-use super::{Finding, Severity};
 use crate::model::Profile;
+use crate::rules::{fmt_ms, Finding, Severity};
 use serde::Serialize;
 
 /// Rules whose saving is GPU idle while the host was not launching work.
@@ -80,7 +80,7 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
             " In unprofiled time: ×{:.2} ({} under the profiler; the warm-up steps, timed \
              without it by {how}, took {:.2} ms against {:.2} ms profiled)",
             u.scale,
-            super::fmt_ms(profiled),
+            fmt_ms(profiled),
             u.unprofiled_step_ms,
             u.profiled_step_ms
         );
@@ -88,7 +88,7 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
             saving = u.host_idle_cap_ms;
             note.push_str(&format!(
                 ", at most the {} the unprofiled step leaves the GPU idle",
-                super::fmt_ms(u.host_idle_cap_ms)
+                fmt_ms(u.host_idle_cap_ms)
             ));
         }
         note.push('.');
@@ -106,7 +106,7 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
 /// The message with the saving it states (`an estimated X`, `saves ~X`) put into
 /// unprofiled time, so the message and the headline give one figure.
 fn restate(message: &str, profiled: f64, saving: f64) -> String {
-    let (from, to) = (super::fmt_ms(profiled), super::fmt_ms(saving));
+    let (from, to) = (fmt_ms(profiled), fmt_ms(saving));
     if from == to {
         return message.to_string();
     }

@@ -11,7 +11,7 @@ use crate::analysis::timeline::overlap;
 use crate::model::{is_user_frame, CpuOp, OpKind, Profile, RuntimeKind, Step, StepSource};
 
 /// GPU work each op launched, itself or through the ops nested under it.
-pub(super) struct Launched {
+pub(crate) struct Launched {
     /// GPU time of the kernels, memcpys and memsets, ns, per op index.
     pub gpu_ns: Vec<i64>,
     /// Launch-type runtime calls (kernel, graph, memcpy, memset) and recorded GPU
@@ -112,7 +112,7 @@ fn is_launch(k: RuntimeKind) -> bool {
 }
 
 /// Time of [lo, hi) during which the GPU was idle inside a step, ns.
-pub(super) fn idle_overlap(gaps: &[(i64, i64)], lo: i64, hi: i64) -> i64 {
+pub(crate) fn idle_overlap(gaps: &[(i64, i64)], lo: i64, hi: i64) -> i64 {
     if hi <= lo {
         return 0;
     }
@@ -123,7 +123,7 @@ pub(super) fn idle_overlap(gaps: &[(i64, i64)], lo: i64, hi: i64) -> i64 {
 /// copy a host call waits for), ns: the idle time plus the part of `own` inside the range.
 /// A host call that blocks while the GPU computes other work costs nothing; one that
 /// blocks while the GPU idles, or only runs the copy it waits for, costs its time.
-pub(super) fn not_computing(
+pub(crate) fn not_computing(
     p: &Profile,
     gaps: &[(i64, i64)],
     lo: i64,
@@ -145,7 +145,7 @@ pub(super) fn not_computing(
 
 /// Host time in the runtime call `ri` and in a blocking sync that follows it on the
 /// same thread within 50 µs, as (start, end) of the blocked window.
-pub(super) fn blocked_window(p: &Profile, ri: u32) -> Option<(i64, i64)> {
+pub(crate) fn blocked_window(p: &Profile, ri: u32) -> Option<(i64, i64)> {
     let r = p.runtime.get(ri as usize)?;
     let end = p
         .runtime
@@ -158,7 +158,7 @@ pub(super) fn blocked_window(p: &Profile, ri: u32) -> Option<(i64, i64)> {
 }
 
 /// Torch's name of a dtype (`float32`).
-pub(super) fn dtype_name(d: Dtype) -> &'static str {
+pub(crate) fn dtype_name(d: Dtype) -> &'static str {
     match d {
         Dtype::F64 => "float64",
         Dtype::F32 => "float32",
@@ -180,7 +180,7 @@ pub(super) fn dtype_name(d: Dtype) -> &'static str {
 
 /// The end of the GPU idle stretch that contains `t` (gaps that touch, e.g. across a
 /// step boundary, are one stretch), or `t` when the GPU was busy at `t`.
-pub(super) fn idle_until(gaps: &[(i64, i64)], t: i64) -> i64 {
+pub(crate) fn idle_until(gaps: &[(i64, i64)], t: i64) -> i64 {
     let i = gaps.partition_point(|g| g.0 <= t);
     let Some(j) = i.checked_sub(1) else { return t };
     match gaps.get(j) {
@@ -201,7 +201,7 @@ pub(super) fn idle_until(gaps: &[(i64, i64)], t: i64) -> i64 {
 /// The innermost Python frame enclosing time `ts` on a thread. Frames are sorted by
 /// (pid, tid, start) and nested, so: the last one starting at or before `ts`, then up
 /// its parents to one that is still open at `ts`.
-pub(super) fn frame_at(p: &Profile, pid: i64, tid: i64, ts: i64) -> Option<u32> {
+pub(crate) fn frame_at(p: &Profile, pid: i64, tid: i64, ts: i64) -> Option<u32> {
     let n = p
         .python_frames
         .partition_point(|f| (f.pid, f.tid, f.ts_ns) <= (pid, tid, ts));
@@ -222,7 +222,7 @@ pub(super) fn frame_at(p: &Profile, pid: i64, tid: i64, ts: i64) -> Option<u32> 
 }
 
 /// The frames enclosing time `ts` on a thread, innermost first.
-pub(super) fn frames_at(
+pub(crate) fn frames_at(
     p: &Profile,
     pid: i64,
     tid: i64,
@@ -238,12 +238,12 @@ pub(super) fn frames_at(
 
 /// The user's source frame at time `ts` on a thread: the innermost enclosing Python
 /// frame that is the user's code (see [`crate::model::is_user_frame`]).
-pub(super) fn user_frame_at(p: &Profile, pid: i64, tid: i64, ts: i64) -> Option<u32> {
+pub(crate) fn user_frame_at(p: &Profile, pid: i64, tid: i64, ts: i64) -> Option<u32> {
     frames_at(p, pid, tid, ts).find(|&i| is_user_frame(&p.python_frames[i as usize].name))
 }
 
 /// True when [a, b) lies inside one of `ranges` (sorted by start, rarely overlapping).
-pub(super) fn inside_any(ranges: &[(i64, i64)], a: i64, b: i64) -> bool {
+pub(crate) fn inside_any(ranges: &[(i64, i64)], a: i64, b: i64) -> bool {
     let n = ranges.partition_point(|r| r.0 <= a);
     ranges[..n]
         .iter()
@@ -253,7 +253,7 @@ pub(super) fn inside_any(ranges: &[(i64, i64)], a: i64, b: i64) -> bool {
 }
 
 /// Index of the step that contains time `t`.
-pub(super) fn step_of(steps: &[Step], t: i64) -> Option<usize> {
+pub(crate) fn step_of(steps: &[Step], t: i64) -> Option<usize> {
     let i = steps.partition_point(|s| s.start_ns <= t).checked_sub(1)?;
     let s = steps.get(i)?;
     (t < s.end_ns).then_some(i)
@@ -268,7 +268,7 @@ const WARMUP_FACTOR: f64 = 2.0;
 /// When no step marker was found (the whole trace is one step), the time before the
 /// first GPU activity is left out instead: that is setup (CUDA initialisation, model
 /// construction, data loading), not the loop.
-pub(super) struct Steady {
+pub(crate) struct Steady {
     /// Index of the first step averaged over (0 or 1).
     pub first: usize,
     /// Times before this are left out (ns).
@@ -334,7 +334,7 @@ impl Steady {
 }
 
 /// True when no operator (annotations aside) encloses op `idx`.
-pub(super) fn is_top_level(p: &Profile, idx: u32) -> bool {
+pub(crate) fn is_top_level(p: &Profile, idx: u32) -> bool {
     p.op_ancestors(idx)
         .skip(1)
         .all(|a| p.ops[a as usize].kind == OpKind::Annotation)
@@ -343,7 +343,7 @@ pub(super) fn is_top_level(p: &Profile, idx: u32) -> bool {
 /// The thread that runs the training loop: the one whose range opens the first step
 /// (steps are found from the main thread's annotations or Python frames); failing
 /// that, the thread with the most host time in top-level ops.
-pub(super) fn main_thread(p: &Profile) -> Option<(i64, i64)> {
+pub(crate) fn main_thread(p: &Profile) -> Option<(i64, i64)> {
     let first = p.steps.first()?;
     let t0 = first.start_ns;
     let opens = |ts: i64, end: i64| ts == t0 || end == t0;
@@ -368,7 +368,7 @@ pub(super) fn main_thread(p: &Profile) -> Option<(i64, i64)> {
 }
 
 /// Parse a size list written as text (`"[32, 3, 32, 32]"`).
-pub(super) fn parse_size_list(s: &str) -> Option<Vec<i64>> {
+pub(crate) fn parse_size_list(s: &str) -> Option<Vec<i64>> {
     let inner = s.trim().strip_prefix('[')?.strip_suffix(']')?;
     if inner.trim().is_empty() {
         return Some(Vec::new());
@@ -380,32 +380,32 @@ pub(super) fn parse_size_list(s: &str) -> Option<Vec<i64>> {
 }
 
 /// Shape of the tensor the op's first argument is (`Input Dims[0]`), if recorded.
-pub(super) fn first_input_shape(op: &CpuOp) -> Option<Vec<i64>> {
+pub(crate) fn first_input_shape(op: &CpuOp) -> Option<Vec<i64>> {
     let dims = parse_dims(op.input_dims.as_deref()?);
     dims.into_iter().next().filter(|d| !d.is_empty())
 }
 
 /// Element type of the op's first argument, if it is a recorded tensor.
-pub(super) fn first_input_dtype(op: &CpuOp) -> Option<Dtype> {
+pub(crate) fn first_input_dtype(op: &CpuOp) -> Option<Dtype> {
     let types = parse_types(op.input_types.as_deref()?);
     types.first().and_then(|t| Dtype::from_kineto(t))
 }
 
 /// The first size-list argument in `Concrete Inputs` (a factory's `size`).
-pub(super) fn concrete_size(op: &CpuOp) -> Option<Vec<i64>> {
+pub(crate) fn concrete_size(op: &CpuOp) -> Option<Vec<i64>> {
     let vals = parse_types(op.concrete_inputs.as_deref()?);
     vals.iter().find_map(|v| parse_size_list(v))
 }
 
 /// Number of elements of a shape (1 for a scalar).
-pub(super) fn numel(shape: &[i64]) -> u64 {
+pub(crate) fn numel(shape: &[i64]) -> u64 {
     shape
         .iter()
         .fold(1u64, |a, &d| a.saturating_mul(d.max(0) as u64))
 }
 
 /// `[32, 3, 32, 32]`.
-pub(super) fn fmt_shape(shape: &[i64]) -> String {
+pub(crate) fn fmt_shape(shape: &[i64]) -> String {
     let v: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
     format!("[{}]", v.join(", "))
 }
