@@ -14,7 +14,8 @@ pub mod gemm;
 pub mod host_work;
 pub mod kernels;
 pub mod migration;
-pub mod replay;
+
+pub mod simulate;
 pub mod timeline;
 pub mod transfers;
 pub mod views;

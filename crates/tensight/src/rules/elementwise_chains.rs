@@ -3,7 +3,7 @@
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::kernels::{classify, KernelClass};
-use crate::analysis::replay;
+use crate::analysis::simulate::{self, Change};
 use crate::analysis::timeline::{gpu_range, overlap};
 use crate::model::{OpKind, Profile, RuntimeKind};
 use rustc_hash::FxHashMap;
@@ -130,7 +130,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         e.kernel_ns += sum;
         e.saved_ns += sum - longest + chain_idle;
     }
-    let replayed = replay::saving_ns(p, &new_dur).min(gpu_saved_ns);
+    let replayed = simulate::saving_ns(p, &Change::durations(new_dur.clone())).min(gpu_saved_ns);
     let saving_ms = (replayed + idle_ns) as f64 / 1e6 / n;
     if 100.0 * saving_ms / ctx.step_ms() < MIN_SAVING_PCT {
         return Vec::new();

@@ -9,7 +9,7 @@ use crate::analysis::devices::Ceilings;
 use crate::analysis::gemm::{
     fp32_kernels, group, peaks, tf32_ns, Fp32Kernel, GemmKind, COMPUTE_BOUND_EFF,
 };
-use crate::analysis::replay;
+use crate::analysis::simulate::{self, Change};
 use std::collections::HashMap;
 
 /// Registration.
@@ -122,7 +122,8 @@ fn finding(
         .iter()
         .map(|k| p.gpu[k.gpu as usize].dur_ns - new_dur[&k.gpu])
         .sum();
-    let step_saved_ns = replay::saving_ns(p, &new_dur).min(gpu_saved_ns);
+    let step_saved_ns =
+        simulate::saving_ns(p, &Change::durations(new_dur.clone())).min(gpu_saved_ns);
     let saving_ms = step_saved_ns as f64 / 1e6 / n;
     let flops: f64 = mine.iter().filter_map(|k| k.flops).sum();
     let flops_ns: i64 = mine

@@ -6,7 +6,7 @@ use crate::analysis::devices::Ceilings;
 use crate::analysis::flops::{op_cost, parse_dims, CostKind, Dtype, OpCost};
 use crate::analysis::gemm::shapes;
 use crate::analysis::kernels::{classify, stated_alignment, KernelClass};
-use crate::analysis::replay;
+use crate::analysis::simulate::{self, Change};
 use crate::model::Profile;
 use std::collections::{BTreeMap, HashMap};
 
@@ -160,7 +160,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
         e.dur_ns += g.dur_ns;
         e.saved_ns += saved.round() as i64;
     }
-    let step_saved_ns = replay::saving_ns(p, &new_dur).min(gpu_saved_ns);
+    let step_saved_ns =
+        simulate::saving_ns(p, &Change::durations(new_dur.clone())).min(gpu_saved_ns);
     let saving_ms = step_saved_ns as f64 / 1e6 / n;
     let mut list: Vec<Group> = groups.into_values().collect();
     list.sort_by(|a, b| {

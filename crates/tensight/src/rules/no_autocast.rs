@@ -4,7 +4,7 @@
 use super::{ev, fmt_ms, gemm_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::gemm::{fp32_kernels, group, peaks, speedup_time, tf32_ns, Fp32Kernel};
 use crate::analysis::kernels::{classify, is_low_precision_gemm, KernelClass};
-use crate::analysis::replay;
+use crate::analysis::simulate::{self, Change};
 use std::collections::HashMap;
 
 /// Registration.
@@ -144,8 +144,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .collect();
     let tf32_total: i64 = tf32.values().sum();
     let gpu_saved_ns: i64 = ks.iter().map(|k| tf32[&k.gpu] - low[&k.gpu]).sum();
-    let with_tf32 = replay::saving_ns(p, &tf32);
-    let with_low = replay::saving_ns(p, &low);
+    let with_tf32 = simulate::saving_ns(p, &Change::durations(tf32.clone()));
+    let with_low = simulate::saving_ns(p, &Change::durations(low.clone()));
     let step_saved_ns = (with_low - with_tf32).clamp(0, gpu_saved_ns.max(0));
     let saving_ms = step_saved_ns as f64 / 1e6 / n;
     let t1_ns = fp32_ns - tf32_total;

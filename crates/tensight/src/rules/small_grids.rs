@@ -5,7 +5,7 @@ use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
 use crate::analysis::kernels::{classify, KernelClass};
-use crate::analysis::replay;
+use crate::analysis::simulate::{self, Change};
 use crate::model::{GpuActivity, Profile};
 use std::collections::{BTreeMap, HashMap};
 
@@ -126,7 +126,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     }
     let gpu_saved_ns: i64 = groups.values().map(|g| g.saved_ns).sum();
-    let step_saved_ns = replay::saving_ns(p, &new_dur).min(gpu_saved_ns);
+    let step_saved_ns =
+        simulate::saving_ns(p, &Change::durations(new_dur.clone())).min(gpu_saved_ns);
     let saving_ms = step_saved_ns as f64 / 1e6 / n;
     let mut list: Vec<(&(String, u64), &Group)> = groups.iter().collect();
     list.sort_by(|a, b| b.1.saved_ns.cmp(&a.1.saved_ns).then_with(|| a.0.cmp(b.0)));

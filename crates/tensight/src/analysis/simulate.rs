@@ -1,0 +1,448 @@
+//! The one causal model of the analysed steps, and its what-if replay (in the spirit of
+//! Daydream, ATC'20): every saving a rule reports is the simulated window before minus
+//! after the rule's [`Change`], so two rules that explain the same idle time cannot both
+//! claim it, and the diagnosis can apply several changes at once (all fixes) or one after
+//! another (marginal savings).
+//!
+//! The model: the host's timeline as recorded (every launch, copy and sync call where it
+//! was), the GPU's activities in stream order, each depending on its launch, on the
+//! activity before it on its stream, and on another stream when it waited longer than
+//! either explains (an event); blocking syncs wait for the GPU work recorded before them.
+//! The replay walks the activities in start order: each starts at the later of its launch
+//! (moved by how much earlier the host runs by then) and the end of the activity before it
+//! on its stream (as replayed), plus the delay it showed in the trace (launch latency).
+//! The host runs earlier when a [`Change`] removes host time (a numpy transform, Python
+//! between launches, a blocking copy), when a sync no longer waits (the value stays on
+//! the GPU), or when a sync waits less because the GPU work it waited for got shorter.
+//! The window ends at the later of the host's end and the GPU's end. With no change the
+//! replay gives the recorded window exactly (delays are kept), which the tests check.
+//!
+//! What it does not model: a launch blocking on a full queue, the CPU threads' effect on
+//! each other beyond the one host clock, other ranks (a collective's wait is kept).
+
+use crate::model::{GpuActivity, Profile, RuntimeKind};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A wait longer than this that neither the launch nor the stream explains is taken as a
+/// wait for another stream (ns).
+const DEP_MIN_NS: i64 = 10_000;
+/// Host/GPU clock tolerance (ns).
+const SKEW_NS: i64 = 5_000;
+/// What a sync that no longer waits still costs the host (ns).
+pub const UNSYNCED_NS: i64 = 2_000;
+/// Gap between kernels replayed from a CUDA graph (ns).
+pub const GRAPH_GAP_NS: i64 = 1_000;
+
+/// A transformation of the recorded window: what a fix changes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Change {
+    /// GPU activities (index into `Profile::gpu`) that take this long instead (ns).
+    pub durations: HashMap<u32, i64>,
+    /// Host time removed: intervals (ns) of the host timeline that no longer happen;
+    /// everything the host does after one happens that much earlier.
+    pub host_cuts: Vec<(i64, i64)>,
+    /// Blocking syncs (index into `Profile::runtime`) that no longer wait.
+    pub unsynced: HashSet<u32>,
+    /// Groups of GPU activities replayed as one CUDA graph: launched together at the
+    /// group's first launch, back to back.
+    pub graphs: Vec<Vec<u32>>,
+}
+
+impl Change {
+    /// A change of kernel durations only.
+    pub fn durations(d: HashMap<u32, i64>) -> Change {
+        Change {
+            durations: d,
+            ..Default::default()
+        }
+    }
+
+    /// Nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.durations.is_empty()
+            && self.host_cuts.is_empty()
+            && self.unsynced.is_empty()
+            && self.graphs.is_empty()
+    }
+
+    /// Both changes at once: the shorter duration of an activity both shorten, the union
+    /// of the host time both remove (removed once), both sets of syncs and graphs.
+    pub fn and(&self, o: &Change) -> Change {
+        let mut d = self.durations.clone();
+        for (&k, &v) in &o.durations {
+            d.entry(k).and_modify(|x| *x = (*x).min(v)).or_insert(v);
+        }
+        let mut cuts = self.host_cuts.clone();
+        cuts.extend(o.host_cuts.iter().copied());
+        Change {
+            durations: d,
+            host_cuts: merge_intervals(cuts),
+            unsynced: self.unsynced.union(&o.unsynced).copied().collect(),
+            graphs: self.graphs.iter().chain(&o.graphs).cloned().collect(),
+        }
+    }
+}
+
+/// The replayed window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Replayed {
+    /// The window as recorded, ns.
+    pub before_ns: i64,
+    /// The window as replayed with the change, ns.
+    pub after_ns: i64,
+}
+
+impl Replayed {
+    /// Wall time saved over the window, ns (never negative).
+    pub fn saved_ns(&self) -> i64 {
+        (self.before_ns - self.after_ns).max(0)
+    }
+}
+
+/// Wall time saved over the analysed steps (ns, all steps together) by `change`.
+pub fn saving_ns(p: &Profile, change: &Change) -> i64 {
+    if change.is_empty() {
+        return 0;
+    }
+    replay(p, change).map_or(0, |r| r.saved_ns())
+}
+
+/// Replay the analysed steps with `change`; `None` without steps or GPU activity.
+pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
+    let (first, last) = (p.steps.first()?, p.steps.last()?);
+    let lo = p.gpu.partition_point(|g| g.ts_ns < first.start_ns);
+    let hi = p.gpu.partition_point(|g| g.ts_ns < last.end_ns);
+    if lo >= hi {
+        return None;
+    }
+    // The new durations as a dense table over the window (a hash lookup per activity
+    // costs more than building it).
+    let mut dense: Vec<Option<i64>> = vec![None; hi - lo];
+    for (&gi, &d) in &change.durations {
+        if let Some(x) = (gi as usize).checked_sub(lo).and_then(|i| dense.get_mut(i)) {
+            *x = Some(d);
+        }
+    }
+    // Graph members: the group's first launch.
+    let mut graph_launch: HashMap<u32, i64> = HashMap::new();
+    for g in &change.graphs {
+        let first_launch = g.iter().map(|&i| launch_ns(p, &p.gpu[i as usize])).min();
+        if let Some(t) = first_launch {
+            for &i in g {
+                graph_launch.insert(i, t);
+            }
+        }
+    }
+    let cuts = Cuts::new(&change.host_cuts);
+    // Blocking syncs in the window, by start.
+    let mut syncs: Vec<(i64, i64, bool)> = p
+        .runtime
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.kind == RuntimeKind::Sync && r.dur_ns > 0)
+        .filter(|(_, r)| r.ts_ns >= first.start_ns && r.ts_ns < last.end_ns)
+        .map(|(i, r)| (r.ts_ns, r.end_ns(), change.unsynced.contains(&(i as u32))))
+        .collect();
+    syncs.sort_unstable_by_key(|s| (s.0, s.1));
+    let mut next_sync = 0;
+
+    // How much earlier than recorded the host runs, beyond the removed host time.
+    let mut sync_shift: i64 = 0;
+    // Per stream: the last activity's (orig end, new end), and every activity's
+    // (orig end → new end) for cross-stream waits.
+    let mut streams: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
+    let mut ends: BTreeMap<(i64, i64), BTreeMap<i64, i64>> = BTreeMap::new();
+    let (mut orig_end_all, mut new_end_all) = (i64::MIN, i64::MIN);
+    for gi in lo..hi {
+        let g = &p.gpu[gi];
+        let launch = launch_ns(p, g);
+        // Syncs that returned before this activity was launched waited for everything
+        // processed so far (activities are processed in start order).
+        while next_sync < syncs.len() && syncs[next_sync].1 <= launch {
+            sync_shift = after_sync(
+                syncs[next_sync],
+                sync_shift,
+                &cuts,
+                orig_end_all,
+                new_end_all,
+            );
+            next_sync += 1;
+        }
+        let key = (g.device, g.stream);
+        let (prev_orig, prev_new) = streams.get(&key).copied().unwrap_or((i64::MIN, i64::MIN));
+        let mut ready_orig = launch.max(prev_orig);
+        let mut dep_new = i64::MIN;
+        if g.ts_ns - ready_orig > DEP_MIN_NS {
+            // An unexplained wait: the activity waited for another stream (an event). Take
+            // the other stream of this device whose work ended last before it started.
+            let dep = ends
+                .iter()
+                .filter(|(k, _)| k.0 == g.device && **k != key)
+                .filter_map(|(k, m)| {
+                    m.range(ready_orig..=g.ts_ns + SKEW_NS)
+                        .next_back()
+                        .map(|(&oe, &ne)| (oe, ne, *k))
+                })
+                .max_by_key(|&(oe, _, k)| (oe, std::cmp::Reverse(k)));
+            if let Some((oe, ne, _)) = dep {
+                ready_orig = ready_orig.max(oe);
+                dep_new = ne;
+            }
+        }
+        let (host_at, delay) = match graph_launch.get(&(gi as u32)) {
+            Some(&t) => (t - sync_shift - cuts.before(t), GRAPH_GAP_NS),
+            None => (
+                launch - sync_shift - cuts.before(launch),
+                (g.ts_ns - ready_orig).max(0),
+            ),
+        };
+        let start = host_at.max(prev_new).max(dep_new) + delay;
+        let dur = dense[gi - lo].unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
+        let end = start + dur;
+        streams.insert(key, (g.end_ns().max(prev_orig), end.max(prev_new)));
+        let e = ends
+            .entry(key)
+            .or_default()
+            .entry(g.end_ns())
+            .or_insert(end);
+        *e = (*e).max(end);
+        orig_end_all = orig_end_all.max(g.end_ns());
+        new_end_all = new_end_all.max(end);
+    }
+    let host_end = p
+        .steps
+        .iter()
+        .map(|s| s.cpu_end_ns)
+        .max()
+        .unwrap_or(last.end_ns);
+    // Syncs after the last launch: those the host made before its end move that end.
+    let mut shift_at_end = sync_shift;
+    for &sync in &syncs[next_sync..] {
+        sync_shift = after_sync(sync, sync_shift, &cuts, orig_end_all, new_end_all);
+        if sync.0 < host_end {
+            shift_at_end = sync_shift;
+        }
+    }
+    let start = first.start_ns;
+    let orig = last.end_ns.max(orig_end_all).max(host_end);
+    let new = (host_end - shift_at_end - cuts.before(host_end)).max(new_end_all);
+    Some(Replayed {
+        before_ns: orig - start,
+        after_ns: new - start,
+    })
+}
+
+/// The host's advance after a blocking sync over `[a, b)` (`unsynced`: it no longer
+/// waits), beyond the removed host time. It waited for the GPU work recorded so far
+/// (ending at `orig_end`), then took the rest of the call; in the replay that work ends
+/// at `new_end` and the host arrives earlier, so it waits only as long as the replayed
+/// GPU needs. The result may be negative: host time removed before a sync that still
+/// waits for the GPU saves nothing after it.
+fn after_sync(
+    (a, b, unsynced): (i64, i64, bool),
+    sync_shift: i64,
+    cuts: &Cuts,
+    orig_end: i64,
+    new_end: i64,
+) -> i64 {
+    let arrive = a - sync_shift - cuts.before(a);
+    let leave = if unsynced {
+        arrive + UNSYNCED_NS.min(b - a)
+    } else if orig_end == i64::MIN {
+        arrive + (b - a)
+    } else {
+        let own = b - a.max(orig_end.min(b)); // the call's time after the GPU was done
+        arrive.max(new_end) + own
+    };
+    (b - leave) - cuts.before(b)
+}
+
+/// Removed host intervals, merged: how much host time before `t` no longer happens.
+struct Cuts {
+    /// (start, end, removed before start), sorted.
+    iv: Vec<(i64, i64, i64)>,
+}
+
+impl Cuts {
+    fn new(raw: &[(i64, i64)]) -> Cuts {
+        let mut acc = 0;
+        let iv = merge_intervals(raw.to_vec())
+            .into_iter()
+            .map(|(a, b)| {
+                let x = (a, b, acc);
+                acc += b - a;
+                x
+            })
+            .collect();
+        Cuts { iv }
+    }
+
+    fn before(&self, t: i64) -> i64 {
+        let k = self.iv.partition_point(|x| x.0 < t);
+        match k.checked_sub(1).map(|i| self.iv[i]) {
+            Some((a, b, acc)) => acc + (t.min(b) - a).max(0),
+            None => 0,
+        }
+    }
+}
+
+/// Sorted, disjoint union of intervals.
+fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    v.retain(|&(a, b)| b > a);
+    v.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(l) if a <= l.1 => l.1 = l.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// When the host asked for the activity: the start of its runtime call, or, without one,
+/// its own start (it cannot have been asked for later than it ran).
+fn launch_ns(p: &Profile, g: &GpuActivity) -> i64 {
+    g.runtime
+        .and_then(|r| p.runtime.get(r as usize))
+        .map_or(g.ts_ns, |r| r.ts_ns.min(g.ts_ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::TraceBuilder;
+
+    /// One step of 2 ms: 10 kernels of `dur` µs launched every `every` µs, then a sync
+    /// (`.item()`-like) that waits for them.
+    fn trace(every: f64, dur: f64) -> TraceBuilder {
+        let mut b = TraceBuilder::new();
+        b.step(1, 0.0, 2_000.0);
+        let mut t = 10.0;
+        let mut end = 0.0_f64;
+        for _ in 0..10 {
+            let op = b.op("aten::mm", t, 8.0);
+            let start = (t + 5.0).max(end);
+            b.kernel(
+                "ampere_sgemm_128x64_nn",
+                op,
+                t,
+                start,
+                dur,
+                [1, 1, 1],
+                [128, 1, 1],
+            );
+            end = start + dur;
+            t += every;
+        }
+        let sync_at = t;
+        b.runtime(
+            "cudaStreamSynchronize",
+            sync_at,
+            (end - sync_at).max(1.0) + 5.0,
+            None,
+        );
+        b
+    }
+
+    fn halve_all(b: &TraceBuilder) -> i64 {
+        let r = b.report();
+        let p = &r.profile;
+        let new: HashMap<u32, i64> = (0..p.gpu.len() as u32)
+            .map(|i| (i, p.gpu[i as usize].dur_ns / 2))
+            .collect();
+        saving_ns(p, &Change::durations(new))
+    }
+
+    #[test]
+    fn no_change_replays_the_recorded_window() {
+        for (every, dur) in [(10.0, 100.0), (100.0, 10.0)] {
+            let r = trace(every, dur).report();
+            let rep = replay(&r.profile, &Change::default()).unwrap();
+            assert_eq!(rep.before_ns, rep.after_ns, "every {every} dur {dur}");
+        }
+    }
+
+    #[test]
+    fn gpu_bound_work_saves_what_the_kernels_lose() {
+        // Kernels of 100 µs launched every 10 µs: the GPU is the bottleneck and the sync
+        // waits for it. Halving them saves ~500 µs.
+        let s = halve_all(&trace(10.0, 100.0));
+        assert!((s - 500_000).abs() < 20_000, "saving {s} ns");
+    }
+
+    #[test]
+    fn host_bound_work_saves_nothing() {
+        // Kernels of 10 µs launched every 100 µs: the GPU waits for the host; shorter
+        // kernels only lengthen the gaps (the last one's 5 µs remains).
+        let s = halve_all(&trace(100.0, 10.0));
+        assert!(s <= 6_000, "saving {s} ns");
+    }
+
+    #[test]
+    fn host_time_removed_saves_where_the_host_is_the_bottleneck() {
+        // Host-bound: removing 400 µs of host time between the 3rd and 7th launches saves
+        // those 400 µs. GPU-bound: the host was ahead anyway, it saves nothing.
+        let cut = |b: &TraceBuilder| {
+            let r = b.report();
+            let t0 = r.profile.steps[0].start_ns;
+            let c = Change {
+                host_cuts: vec![(t0 + 300_000, t0 + 700_000)],
+                ..Default::default()
+            };
+            saving_ns(&r.profile, &c)
+        };
+        let host_bound = cut(&trace(100.0, 10.0));
+        assert!((host_bound - 400_000).abs() < 10_000, "{host_bound}");
+        assert!(cut(&trace(10.0, 100.0)) < 10_000);
+    }
+
+    #[test]
+    fn a_sync_that_no_longer_waits_saves_only_the_idle_it_caused() {
+        // A step: 1 ms kernel, a sync that waits for it, then 500 µs of host work before
+        // the next 1 ms kernel. Without the wait the host's work overlaps the first kernel.
+        let mut b = TraceBuilder::new();
+        b.step(1, 0.0, 2_545.0);
+        let a = b.op("aten::mm", 10.0, 5.0);
+        b.kernel("gemm", a, 10.0, 20.0, 1_000.0, [1, 1, 1], [128, 1, 1]);
+        b.runtime("cudaStreamSynchronize", 20.0, 1_005.0, None);
+        let c = b.op("aten::mm", 1_530.0, 5.0);
+        b.kernel("gemm", c, 1_530.0, 1_540.0, 1_000.0, [1, 1, 1], [128, 1, 1]);
+        let r = b.report();
+        let p = &r.profile;
+        let sync = p
+            .runtime
+            .iter()
+            .position(|r| r.kind == RuntimeKind::Sync)
+            .unwrap() as u32;
+        let change = Change {
+            unsynced: [sync].into_iter().collect(),
+            ..Default::default()
+        };
+        let s = saving_ns(p, &change);
+        // The host's 505 µs of work overlaps the first kernel: the second starts at the
+        // first's end (1.03 ms) instead of 1.54 ms, and the window ends 510 µs earlier.
+        assert!((s - 500_000).abs() < 20_000, "saving {s} ns");
+    }
+
+    #[test]
+    fn changes_combine_without_counting_the_same_host_time_twice() {
+        let a = Change {
+            host_cuts: vec![(0, 100), (200, 300)],
+            ..Default::default()
+        };
+        let b = Change {
+            host_cuts: vec![(50, 250)],
+            durations: [(1, 5)].into_iter().collect(),
+            ..Default::default()
+        };
+        let both = a.and(&b);
+        assert_eq!(both.host_cuts, vec![(0, 300)]);
+        assert_eq!(both.durations[&1], 5);
+        let cuts = Cuts::new(&both.host_cuts);
+        assert_eq!(
+            (cuts.before(0), cuts.before(150), cuts.before(1000)),
+            (0, 150, 300)
+        );
+    }
+}
