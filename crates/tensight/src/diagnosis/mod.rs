@@ -1,9 +1,15 @@
 //! The diagnosis: every rule run over the analysed profile, the findings ranked by
 //! saving and put into unprofiled time ([`unprofiled`]). Reads rules (the registry and
 //! their findings); the report reads it.
+//!
+//! Findings whose fix is a [`Change`] of the causal model are also combined: all of them
+//! at once (the step with every fix applied) and, largest saving first, each one after
+//! the larger ones are fixed (its marginal saving), so findings that explain the same
+//! idle time are not counted twice and the marginals never sum past the step.
 
 pub mod unprofiled;
 
+use crate::analysis::simulate::{self, Change};
 use crate::rules::{needs_hardware, Category, Context, Finding, RuleMeta, REGISTRY};
 use serde::Serialize;
 
@@ -19,6 +25,21 @@ pub struct Diagnosis {
     /// How savings were put into unprofiled time ([`unprofiled`]); `None`: they are on
     /// the profiled timeline (no timing in the bundle, or the profiler did not slow it).
     pub unprofiled: Option<unprofiled::Unprofiled>,
+    /// Every simulated fix at once (`None` when fewer than two findings have one).
+    pub all_fixes: Option<AllFixes>,
+}
+
+/// The step with every simulated fix applied.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AllFixes {
+    /// Saving per step, ms (in unprofiled time when the findings are).
+    pub saving_ms: f64,
+    /// Of the step, %.
+    pub saving_pct: f64,
+    /// The findings combined (codes, largest saving first).
+    pub findings: Vec<&'static str>,
+    /// Findings left out: their saving is not simulated.
+    pub not_simulated: usize,
 }
 
 /// A rule that did not run.
@@ -56,6 +77,8 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .filter(|r| runs(r.meta))
         .flat_map_iter(|r| (r.check)(ctx))
         .collect();
+    sort(&mut findings);
+    let mut all_fixes = combine(ctx, &mut findings);
     let unprofiled = unprofiled::of(
         ctx.profile,
         ctx.step_ms(),
@@ -63,13 +86,12 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
     );
     if let Some(u) = &unprofiled {
         unprofiled::apply(&mut findings, u);
+        if let Some(a) = &mut all_fixes {
+            a.saving_ms *= u.scale;
+            a.saving_pct = (100.0 * a.saving_ms / u.unprofiled_step_ms).min(100.0);
+        }
     }
-    findings.sort_by(|a, b| {
-        b.saving_ms
-            .total_cmp(&a.saving_ms)
-            .then_with(|| a.code.cmp(b.code))
-            .then_with(|| a.title.cmp(&b.title))
-    });
+    sort(&mut findings);
     let primary = findings
         .iter()
         .find(|f| f.saving_ms > 0.0 && f.category != Category::Roofline)
@@ -79,5 +101,56 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         primary,
         skipped,
         unprofiled,
+        all_fixes,
     }
+}
+
+fn sort(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        b.saving_ms
+            .total_cmp(&a.saving_ms)
+            .then_with(|| a.code.cmp(b.code))
+            .then_with(|| a.title.cmp(&b.title))
+    });
+}
+
+/// The simulated findings (sorted, largest saving first) one after another: each one's
+/// marginal saving, and all of them at once.
+fn combine(ctx: &Context, findings: &mut [Finding]) -> Option<AllFixes> {
+    let simulated: Vec<usize> = (0..findings.len())
+        .filter(|&i| findings[i].change.as_ref().is_some_and(|c| !c.is_empty()))
+        .filter(|&i| findings[i].saving_ms > 0.0)
+        .collect();
+    if simulated.len() < 2 {
+        return None;
+    }
+    let n = ctx.steps();
+    let mut so_far = Change::default();
+    let mut saved_before = 0_i64;
+    let mut codes = Vec::new();
+    for &i in &simulated {
+        let Some(c) = findings[i].change.as_ref() else {
+            continue;
+        };
+        so_far = so_far.and(c);
+        let saved = simulate::saving_ns(ctx.profile, &so_far);
+        findings[i].marginal_ms = Some((saved - saved_before).max(0) as f64 / 1e6 / n);
+        saved_before = saved.max(saved_before);
+        codes.push(findings[i].code);
+    }
+    let saving_ms = saved_before as f64 / 1e6 / n;
+    let step = ctx.step_ms();
+    Some(AllFixes {
+        saving_ms,
+        saving_pct: if step > 0.0 {
+            (100.0 * saving_ms / step).min(100.0)
+        } else {
+            0.0
+        },
+        findings: codes,
+        not_simulated: findings
+            .iter()
+            .filter(|f| f.saving_ms > 0.0 && f.change.is_none() && f.category != Category::Roofline)
+            .count(),
+    })
 }

@@ -97,6 +97,9 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
         }
         f.estimate.push_str(&note);
         f.message = restate(&f.message, profiled, saving);
+        if let Some(m) = &mut f.marginal_ms {
+            *m = (*m * u.scale).min(saving);
+        }
         f.saving_ms = saving;
         f.saving_pct = (100.0 * saving / u.unprofiled_step_ms).min(100.0);
         f.severity = Severity::from_pct(f.saving_pct);

@@ -102,12 +102,18 @@
 //!       "unprofiled_step_ms": float,           // profiler slowed the step < 1.15×)
 //!       "source": "cuda_events"|"host_clock",  // how the warm-up steps were timed
 //!       "scale": float,                        // every saving_ms was multiplied by it
-//!       "host_idle_cap_ms": float } | null },  // L001/C001/S001 capped at this
+//!       "host_idle_cap_ms": float } | null,    // L001/C001/S001 capped at this
+//!     "all_fixes": {                           // since 1.6; null: fewer than two simulated
+//!       "saving_ms", "saving_pct": float,      // every simulated fix at once (the causal
+//!       "findings": [str],                     // model's replay), the codes combined,
+//!       "not_simulated": int } | null },       // findings whose saving is not replayed
 //!   "import": { "warnings": [str],
 //!               "counters": [ { "name", "severity", "description", "count" } ] }
 //! }
 //! Finding = { "code", "rule", "category", "title", "message", "severity",
 //!             "saving_ms", "saving_pct", "estimate",
+//!             "marginal_ms"?,                   // since 1.6: saving once the larger
+//!                                               // simulated findings are fixed
 //!             "evidence": [ { "label", "value" } ], "explanation",
 //!             "fixes": [str], "locations": [ { "op"?, "kernel"?, "tensor"?, "source"? } ] }
 //! Tensor = { "tensor_id", "storage_id": int, "device", "dtype": str, "shape", "strides": [int],
@@ -264,6 +270,7 @@ pub fn to_value(r: &Report) -> Value {
             "bottlenecks": r.diagnosis.findings,
             "skipped_rules": r.diagnosis.skipped,
             "unprofiled": r.diagnosis.unprofiled,
+            "all_fixes": r.diagnosis.all_fixes,
         },
         "import": {
             "warnings": r.warnings,

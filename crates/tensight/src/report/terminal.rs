@@ -522,6 +522,31 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
                 );
                 let _ = write!(out, "{}", t.dim(&wrap(&note, t.w, "")));
             }
+            if let Some(a) = &r.diagnosis.all_fixes {
+                let left = if a.not_simulated > 0 {
+                    format!(
+                        "; {} more finding{} not replayed",
+                        a.not_simulated,
+                        if a.not_simulated == 1 { "" } else { "s" }
+                    )
+                } else {
+                    String::new()
+                };
+                let mut codes: Vec<&str> = Vec::new();
+                for c in &a.findings {
+                    if !codes.contains(c) {
+                        codes.push(c);
+                    }
+                }
+                let text = format!(
+                    "All fixes together: {} per step ({:.1}%), replaying {} findings ({}) at once{left}",
+                    fmt_ms(a.saving_ms),
+                    a.saving_pct,
+                    a.findings.len(),
+                    codes.join(", ")
+                );
+                out.push_str(&wrap(&text, t.w, ""));
+            }
         }
         None => {
             let _ = writeln!(
@@ -693,6 +718,19 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
             fmt_ms(f.saving_ms),
             f.saving_pct
         );
+        if let Some(m) = f
+            .marginal_ms
+            .filter(|m| (m - f.saving_ms).abs() > 0.05 * f.saving_ms)
+        {
+            out.push_str(&wrap(
+                &format!(
+                    "Once the findings above it are fixed: saves ~{} per step (they explain the same time)",
+                    fmt_ms(m)
+                ),
+                t.w,
+                "   ",
+            ));
+        }
         out.push_str(&wrap(&f.message, t.w, "   "));
         let _ = writeln!(out, "   Evidence:");
         for e in &f.evidence {

@@ -206,6 +206,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     }
     fixes.push("If memory is near capacity (A001), the allocator frees and retries: reduce memory use (autocast, checkpointing, smaller batch)".into());
     let d = Draft {
+        change: None,
         title: "The allocator calls cudaMalloc/cudaFree inside the steps".into(),
         message: format!(
             "{} {:.1} cudaMalloc and {:.1} cudaFree calls ({} on the host); the GPU idles {} per step during them and after the frees",

@@ -123,6 +123,7 @@ fn finding(ctx: &Context, f: &crate::analysis::forest::Forest, c: &Churn) -> Fin
         }
     }
     Draft {
+        change: None,
         title: format!("The same view of one tensor is copied {n} times per step"),
         message: format!(
             "{} of base {} is materialized by {op_name} {n} times in the step with no write to the base in between; {} redundant copies take {} of kernel time",

@@ -183,6 +183,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         })
         .collect();
     let d = Draft {
+        change: None,
         title: "Host↔device copies do not overlap with compute".into(),
         message: format!(
             "{:.1} copies per step ({} per step) run alone on the GPU for {} per step while the work queued behind them waits ({:.0}% of GPU busy time)",

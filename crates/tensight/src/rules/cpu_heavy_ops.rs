@@ -220,6 +220,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         format!(" at {}", top.0 .1)
     };
     let d = Draft {
+        change: None,
         title: "CPU-heavy ops keep the GPU waiting".into(),
         message: format!(
             "{} op call site(s) spend {} per step on the host for {} of GPU work (top offender `{}`{at}, {:.0}:1); the GPU idles through {} per step of that host time",

@@ -10,6 +10,7 @@ use crate::analysis::host_work::{
     idle_overlap, inside_any, is_top_level, main_thread, not_computing, numel, step_of, Launched,
     Steady,
 };
+use crate::analysis::simulate::Change;
 use crate::model::{CopyDir, CpuOp, OpKind, Profile};
 use std::collections::{BTreeMap, HashSet};
 
@@ -284,7 +285,18 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .map(|s| idle_overlap(gaps, s.start_ns.max(steady.from_ns), s.end_ns))
         .sum();
     let idle_ns = (ops_idle_ns + gap_idle_ns + copy_ns).min(cap_ns);
-    let saving_ms = idle_ns as f64 / 1e6 / n;
+    // The fix: none of this host time (the ops, the time between them, the copied bytes
+    // that would not move) happens on the training thread; the step is replayed without it.
+    let mut cuts = pieces.clone();
+    cuts.extend(chains.iter().map(|c| {
+        let t = p.ops[c.copy as usize].ts_ns;
+        (t, t + c.copy_counted_ns)
+    }));
+    let change = Change {
+        host_cuts: cuts,
+        ..Default::default()
+    };
+    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
     if saving_ms < MIN_SAVING_MS || saving_ms < MIN_SHARE_PCT / 100.0 * ctx.step_ms() {
         return Vec::new();
     }
@@ -338,10 +350,10 @@ fn check(ctx: &Context) -> Vec<Finding> {
         String::new()
     } else {
         format!(
-            "; counting the time between them ({} per step) and the copy of their result to the GPU ({} per step), the GPU idles {} per step on their account",
+            "; with the time between them ({} per step of GPU idle) and the copy of their result to the GPU ({} per step), the GPU idles {} per step on their account",
             per_step(gap_idle_ns),
             per_step(copy_ns),
-            fmt_ms(saving_ms)
+            per_step(idle_ns)
         )
     };
     let mut evidence = vec![
@@ -392,6 +404,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         evidence.push(ev("capped at the GPU idle time per step", per_step(cap_ns)));
     }
     let d = Draft {
+        change: Some(change),
         title: "Tensors are preprocessed on the CPU inside the step".into(),
         message: format!(
             "The training thread spends {} per step in {} CPU-only tensor ops that launch no GPU work (largest: `{}`{at}); the GPU idles {} per step meanwhile{chain_text}",
@@ -402,11 +415,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "GPU idle time during the host time of these CPU-only ops (each instant once){}; in all at most the steps' GPU idle time, averaged over steps; the few µs their GPU equivalents would take are not subtracted{}{}",
+            "the step replayed without the host time of these CPU-only ops (each instant once){}: what the step shortens where the host held the GPU back, averaged over steps; the few µs their GPU equivalents would take are not added{}{}",
             if chains.is_empty() {
                 ""
             } else {
-                "; for the ops feeding a host→device copy, also the GPU idle time between them, before the copy and right after it, outside the Python calls made there, that is interpreter glue (up to 50 µs a gap) or the release of their CPU intermediates (a gap holding a CPU free of 128 KiB or more: up to the chain's longest op), and the time the copy op held the host while the GPU ran nothing else, times the share of the copied bytes that would not move if the ops ran on the GPU (1 − the bytes of the first op's inputs / the bytes copied; 0 without recorded shapes)"
+                "; for the ops feeding a host→device copy, also the time between them, before the copy and right after it, outside the Python calls made there, that is interpreter glue (up to 50 µs a gap) or the release of their CPU intermediates (a gap holding a CPU free of 128 KiB or more: up to the chain's longest op), and the time the copy op held the host while the GPU ran nothing else, times the share of the copied bytes that would not move if the ops ran on the GPU (1 − the bytes of the first op's inputs / the bytes copied; 0 without recorded shapes)"
             },
             steady.note,
             if chains.is_empty() {

@@ -133,6 +133,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     fixes.push("`pin_memory=True` and `.cuda(non_blocking=True)` so the copy does not block the training thread".into());
     fixes.push("Make each item cheaper: pre-decode/resize offline, or augment on the GPU (torchvision transforms v2 on CUDA tensors, DALI)".into());
     let d = Draft {
+        change: None,
         title: "The training loop waits for the DataLoader".into(),
         message: format!(
             "Fetching the next batch takes {} per step on the training thread (loaded {mode}); the GPU idles {} per step meanwhile",

@@ -172,6 +172,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         )
     };
     let d = Draft {
+        change: None,
         title,
         message,
         saving_ms,

@@ -140,6 +140,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let (top_sig, _) = &sigs[0];
 
     let d = Draft {
+        change: None,
         title: "Chains of small elementwise kernels could be fused".into(),
         message: format!(
             "{:.1} chains per step of ≥{MIN_CHAIN} back-to-back elementwise/reduction kernels ({:.0} kernels, {} of GPU time per step, GPU idle {} between them); the most costly: {}",

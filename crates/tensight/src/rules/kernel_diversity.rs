@@ -154,6 +154,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         })
         .collect();
     let d = Draft {
+        change: None,
         title: if broken {
             "The compiled graph breaks into several regions".into()
         } else {

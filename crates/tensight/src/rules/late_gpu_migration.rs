@@ -147,6 +147,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             copy_loc.source = loc.source.clone();
         }
         let d = Draft {
+            change: None,
             title: format!("`{name}`{shape_txt} is created on the CPU, then copied to the GPU"),
             message: format!(
                 "`{name}`{shape_txt} ({dtype}, {}){at} runs on the CPU for {} per step, then `{copy_name}` copies it to the GPU ({}) in {} per step; the GPU idles {} of that time",

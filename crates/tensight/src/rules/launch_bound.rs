@@ -131,6 +131,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let ks = &m.kernels;
 
     let d = Draft {
+        change: None,
         title: "GPU waits for kernel launches (launch-bound)".into(),
         message: format!(
             "the GPU idles {} per step between {:.0} short kernels (median {:.1} µs) that the host launches one every {:.1} µs; {:.0}% of all kernels run under 10 µs",

@@ -75,6 +75,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         loc.kernel = Some(k.name.clone());
         out.push(
             Draft {
+                change: None,
                 title: format!("{key} re-reads its inputs from DRAM (L2 hit rate {hit:.0}%)"),
                 message: format!(
                     "{key} hits L2 on {hit:.0}% of sectors and reads {} from DRAM for {} of inputs ({:.1}×), an estimated {} per step",

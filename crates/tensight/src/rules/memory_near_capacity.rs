@@ -116,6 +116,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             .map(|o| format!(", peaking in `{o}`"))
             .unwrap_or_default();
         let d = Draft {
+            change: None,
             title: format!("GPU {dev} memory is {pct:.0}% full"),
             message: format!(
                 "The caching allocator reserves up to {} of {} on GPU {dev} ({pct:.1}%; {} allocated in tensors){at}",

@@ -235,6 +235,14 @@ pub struct Finding {
     pub fixes: Vec<String>,
     /// Where: ops, kernels, tensors, source lines.
     pub locations: Vec<Location>,
+    /// What the fix changes in the causal model of the step (`None`: a rule whose saving
+    /// is not simulated yet); the diagnosis combines these (all fixes, marginal savings).
+    #[serde(skip)]
+    pub change: Option<crate::analysis::simulate::Change>,
+    /// Its saving after the findings with larger savings are fixed, ms per step (set by
+    /// the diagnosis when this and a larger finding both have a change).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub marginal_ms: Option<f64>,
 }
 
 /// What a rule's check sees.
@@ -298,13 +306,23 @@ pub struct Draft {
     pub fixes: Vec<String>,
     /// Locations.
     pub locations: Vec<Location>,
+    /// What the fix changes in the causal model of the step. With one, the saving is the
+    /// replayed window before minus after it ([`crate::analysis::simulate`]), whatever
+    /// `saving_ms` says.
+    pub change: Option<crate::analysis::simulate::Change>,
 }
 
 impl Draft {
     /// Turn into a finding of `meta`, with % and severity from `ctx`'s step time.
     pub fn finish(self, meta: &RuleMeta, ctx: &Context) -> Finding {
         let step = ctx.step_ms();
-        let saving_ms = self.saving_ms.max(0.0);
+        let saving_ms = match &self.change {
+            Some(c) => {
+                crate::analysis::simulate::saving_ns(ctx.profile, c) as f64 / 1e6 / ctx.steps()
+            }
+            None => self.saving_ms,
+        }
+        .max(0.0);
         let saving_pct = if step > 0.0 {
             (100.0 * saving_ms / step).min(100.0)
         } else {
@@ -324,6 +342,8 @@ impl Draft {
             explanation: self.explanation,
             fixes: self.fixes,
             locations: self.locations,
+            change: self.change,
+            marginal_ms: None,
         }
     }
 }

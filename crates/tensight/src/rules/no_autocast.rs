@@ -174,6 +174,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let locs = group(p, &ks.iter().collect::<Vec<&Fp32Kernel>>(), &from_tf32);
 
     let d = Draft {
+        change: None,
         title: format!("No mixed precision: float32 GEMMs take {share:.0}% of kernel time"),
         message: format!(
             "float32 matmuls and convolutions take {} per step ({share:.0}% of kernel time) and {:.1}% of FLOPs run in 16-bit; {dtype} autocast would save an estimated {} of GPU time per step beyond {base}",

@@ -156,6 +156,7 @@ fn finding(ctx: &Context, p: &Profile, a: &Attributed) -> Finding {
         locations.push(op_location(p, c));
     }
     Draft {
+        change: None,
         title: match copy {
             Some(_) => format!("A copy materializes a {} view, reading across its strides", a.view.as_ref().map(|v| v.layout).unwrap_or("non-contiguous")),
             None => format!("A {} view is read across its strides", a.view.as_ref().map(|v| v.layout).unwrap_or("non-contiguous")),

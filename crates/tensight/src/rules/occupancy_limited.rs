@@ -110,6 +110,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         };
         out.push(
             Draft {
+                change: None,
                 title: format!("{key} is occupancy-limited by {by}"),
                 message: format!(
                     "{key} uses {res}: {binding:.0} blocks per SM fit ({theo:.0}% theoretical occupancy, {} achieved) and it reaches {tp:.0}% of peak throughput; an estimated {} per step",

@@ -185,6 +185,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         format!(" at {}", top.0 .1)
     };
     let d = Draft {
+        change: None,
         title: "Host↔device copies use pageable memory and block the host".into(),
         message: format!(
             "{:.1} copies per step ({} per step) go through pageable host memory and block the host {} per step in the memcpy call and the sync after it; the largest is `{}`{at}",

@@ -49,6 +49,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let c = &ctx.metrics.compute;
     let n = ctx.steps();
     let d = Draft {
+        change: None,
         title: format!("{}-bound by the roofline", r.bound),
         message: format!(
             "arithmetic intensity {:.2} FLOP/B is {} the ridge point {:.1} FLOP/B: the step is {}-bound and achieves {:.1}% of attainable",

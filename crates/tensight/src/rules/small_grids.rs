@@ -137,6 +137,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let launches: u64 = groups.values().map(|g| g.count).sum();
 
     let d = Draft {
+        change: None,
         title: "Kernels launch fewer blocks than the GPU has SMs".into(),
         message: format!(
             "{:.0} kernel launches per step ({} per step, {:.0}% of kernel time) use fewer blocks than the {sms} SMs; the largest, `{}`, runs {} blocks ({:.2} per SM) for {} per step",

@@ -181,6 +181,7 @@ fn finding(ctx: &Context, p: &Profile, f: &Forest, c: &Chain, bw: Option<Bandwid
         fmt_ms(c.copy_ns / 1e6),
     ));
     Draft {
+        change: None,
         title: format!(
             "A transposed view spreads its layout through {} elementwise ops",
             c.reached

@@ -67,6 +67,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             let cost_ms = a.cost_ns() / 1e6;
             let key = crate::model::hardware::kernel_key(&e.name);
             Draft {
+                change: None,
                 title: format!("Uncoalesced global memory access in {key}"),
                 message: format!(
                     "{key} moves {:.1}× the sectors its {:.0}-byte accesses need (loads {} / stores {} sectors per request, ideal {:.0}; {} excess), an estimated {} per step",
