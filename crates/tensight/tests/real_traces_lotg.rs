@@ -60,7 +60,9 @@ fn every_trace_analyses_with_sane_estimates() {
                 f.saving_ms
             );
             assert!(
-                f.estimate.contains("estimate") || f.estimate.contains("informational"),
+                f.estimate.contains("estimate")
+                    || f.estimate.contains("replayed")
+                    || f.estimate.contains("informational"),
                 "{what}: {}",
                 f.estimate
             );

@@ -5,6 +5,7 @@ use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
 use crate::analysis::host_work::{idle_overlap, is_top_level, step_of, Steady};
+use crate::analysis::simulate::Change;
 use crate::model::{OpKind, Profile, RuntimeKind};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,8 +55,8 @@ more than 10× its GPU time and exceeds 50 µs per launched kernel (an eager op'
 dispatch and launch cost under the profiler) by at least 100 µs; an op (by name and
 source line and input shapes) counts when that happens in at least 2 calls, in at least
 half of its calls and in at least half of the steps, so one-off costs such as lazy
-initialisation or each layer's first, autotuned call do not. The saving of an instance
-is that excess, at most the part of the op's host time during which the GPU was idle.
+initialisation or each layer's first, autotuned call do not. The saving is the step
+replayed (`analysis::simulate`) without every counted instance's excess host time.
 Reported when the total is at least 50 µs per step and 1% of the step.
 Per-step figures leave out a first step slower than twice the others' median (warm-up)
 and, when the trace has no step markers, everything before the first GPU activity
@@ -109,6 +110,8 @@ struct Site {
     saving_ns: i64,
     op: Option<u32>,
     steps: BTreeSet<usize>,
+    /// Host time the fix removes: each instance's excess, from its start.
+    cuts: Vec<(i64, i64)>,
 }
 
 fn check(ctx: &Context) -> Vec<Finding> {
@@ -155,6 +158,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         s.host_ns += host_ns;
         s.gpu_ns += gpu_ns;
         s.saving_ns += excess.min(idle).max(0);
+        s.cuts.push((o.ts_ns, o.ts_ns + excess));
         s.op = s.op.or(Some(i));
         if let Some(si) = step_of(&p.steps, o.ts_ns) {
             s.steps.insert(si);
@@ -167,7 +171,15 @@ fn check(ctx: &Context) -> Vec<Finding> {
             && s.count as f64 >= MIN_CALL_SHARE * s.calls as f64
             && s.steps.len() as f64 >= MIN_STEP_SHARE * n
     });
-    let saving_ms = sites.values().map(|s| s.saving_ns).sum::<i64>() as f64 / 1e6 / n;
+    // The fix: the excess host time of every instance no longer happens.
+    let change = Change {
+        host_cuts: sites
+            .values()
+            .flat_map(|s| s.cuts.iter().copied())
+            .collect(),
+        ..Default::default()
+    };
+    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
     if sites.is_empty()
         || saving_ms < MIN_SAVING_MS
         || saving_ms < MIN_SHARE_PCT / 100.0 * ctx.step_ms()
@@ -220,7 +232,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         format!(" at {}", top.0 .1)
     };
     let d = Draft {
-        change: None,
+        change: Some(change),
         title: "CPU-heavy ops keep the GPU waiting".into(),
         message: format!(
             "{} op call site(s) spend {} per step on the host for {} of GPU work (top offender `{}`{at}, {:.0}:1); the GPU idles through {} per step of that host time",
@@ -233,7 +245,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "per op call: host time (less syncs, memcpy and allocator calls) beyond {} per launched kernel, at most the GPU idle during the call; summed and averaged over steps{}",
+            "the step replayed without each counted call's host time (less syncs, memcpy and allocator calls) beyond {} per launched kernel: what the step shortens where those calls held the GPU back, averaged over steps{}",
             fmt_ms(EAGER_LAUNCH_NS as f64 / 1e6),
             steady.note
         ),
