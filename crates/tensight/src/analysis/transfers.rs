@@ -75,3 +75,41 @@ pub(crate) fn step_copies(p: &Profile, timeline: &Timeline, lo: i64, hi: i64) ->
         })
         .collect()
 }
+
+/// Copies smaller than this say little about the link's bandwidth (latency dominates).
+const BANDWIDTH_MIN_BYTES: u64 = 1 << 20;
+
+/// Host ↔ device bandwidth of a pinned copy, GB/s, and where the figure comes from: the
+/// median of this trace's pinned copies of 1 MiB or more, else the PCIe link of the
+/// GPU's generation at 80% of its datasheet rate (x16: Gen5 from compute capability 9,
+/// Gen4 from 8, else Gen3), an assumption the estimate names.
+pub(crate) fn pinned_copy_gbs(p: &Profile) -> (f64, &'static str) {
+    use crate::model::{GpuKind, MemKind};
+    let mut bw: Vec<f64> = p
+        .gpu
+        .iter()
+        .filter(|g| {
+            matches!(g.kind, GpuKind::Memcpy { src, dst, .. }
+                if (src == MemKind::Pinned || dst == MemKind::Pinned)
+                    && src != MemKind::Pageable && dst != MemKind::Pageable)
+                && matches!(g.copy_dir(), Some(CopyDir::HtoD | CopyDir::DtoH))
+                && g.bytes.is_some_and(|b| b >= BANDWIDTH_MIN_BYTES)
+                && g.dur_ns > 0
+        })
+        .map(|g| g.bytes.unwrap_or(0) as f64 / g.dur_ns as f64)
+        .collect();
+    if !bw.is_empty() {
+        bw.sort_by(f64::total_cmp);
+        return (bw[bw.len() / 2], "the median of this trace's pinned copies");
+    }
+    let major = p.main_device().map_or(0, |d| d.compute_major);
+    let gen_gbs = match major {
+        m if m >= 9 => 64.0,
+        8 => 32.0,
+        _ => 16.0,
+    };
+    (
+        0.8 * gen_gbs,
+        "80% of the PCIe x16 rate of the GPU's generation (assumed)",
+    )
+}

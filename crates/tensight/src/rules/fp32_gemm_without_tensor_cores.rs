@@ -209,7 +209,7 @@ fn finding(
         ),
     };
     let d = Draft {
-        change: None,
+        change: Some(Change::durations(new_dur.clone())),
         title,
         message: format!(
             "{:.0} float32 {what} kernels per step run without tensor cores for {} per step ({:.1}% of kernel time); TF32 would save an estimated {} of GPU time per step",

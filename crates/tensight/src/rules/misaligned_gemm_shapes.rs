@@ -180,7 +180,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .collect();
 
     let d = Draft {
-        change: None,
+        change: Some(Change::durations(new_dur.clone())),
         title: "16-bit GEMMs with dimensions not a multiple of 8".into(),
         message: format!(
             "{:.0} fp16/bf16 GEMMs per step ({} per step, {:.1}% of kernel time) have a leading dimension that is not a multiple of 16 bytes; the largest, `{}` with (M, N, K) = {:?}, has {} misaligned",

@@ -137,7 +137,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let launches: u64 = groups.values().map(|g| g.count).sum();
 
     let d = Draft {
-        change: None,
+        change: Some(Change::durations(new_dur.clone())),
         title: "Kernels launch fewer blocks than the GPU has SMs".into(),
         message: format!(
             "{:.0} kernel launches per step ({} per step, {:.0}% of kernel time) use fewer blocks than the {sms} SMs; the largest, `{}`, runs {} blocks ({:.2} per SM) for {} per step",
