@@ -6,9 +6,10 @@ use super::{
     RuleMeta, Status,
 };
 use crate::analysis::host_work::{blocked_window, not_computing, Steady};
+use crate::analysis::simulate::Change;
 use crate::analysis::transfers::{round_trips, step_copies, RoundTrip, SCALAR_BYTES};
 use crate::analysis::TransferStats;
-use crate::model::Profile;
+use crate::model::{Profile, RuntimeKind};
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -56,13 +57,13 @@ consts = torch.stack(list_of_small_tensors).cuda()
 
 ## Thresholds
 Reported for round trips (any, when the estimate is at least 20 µs per step) and for
-16 or more transfers per step. The saving of a round trip is the time from the start of
-the device-to-host memcpy call to the end of the host-to-device copy (its call, the
-sync after it, or the copy itself, whichever ends last) during which the GPU ran
-nothing but these two copies. For many transfers it is the same measure over each
-copy's memcpy call and following sync, minus the most expensive copy of each step (one
-batched transfer would remain). The GPU kernels that would replace CPU work inside a
-round trip are not subtracted (usually a few µs).
+16 or more transfers per step. The saving is the step replayed (`analysis::simulate`)
+without each round trip: its host time from the start of the device-to-host memcpy call
+to the end of the host-to-device copy (its call, the sync after it, or the copy itself,
+whichever ends last), the two copies and the syncs inside it. For many transfers, every
+copy's memcpy call, following sync and transfer go too, but the most expensive copy of
+each step (one batched transfer would remain). The GPU kernels that would replace CPU
+work inside a round trip are not added (usually a few µs).
 Per-step figures leave out a first step slower than twice the others' median (warm-up)
 and, when the trace has no step markers, everything before the first GPU activity
 (setup).
@@ -99,6 +100,25 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .iter()
         .map(|t| not_computing(p, gaps, t.window.0, t.window.1, &[t.d2h, t.h2d]))
         .sum();
+    // The fix: the round trip's host work runs on the GPU (no copies, no waits), and
+    // many small transfers become one per step.
+    let mut change = Change::default();
+    let drop_copy = |change: &mut Change, gi: u32, window: Option<(i64, i64)>| {
+        change.durations.insert(gi, 0);
+        if let Some((a, b)) = window {
+            change.host_cuts.push((a, b));
+            change
+                .unsynced
+                .extend((0..p.runtime.len() as u32).filter(|&r| {
+                    let c = &p.runtime[r as usize];
+                    c.kind == RuntimeKind::Sync && c.ts_ns >= a && c.ts_ns < b
+                }));
+        }
+    };
+    for t in &trips {
+        drop_copy(&mut change, t.d2h, Some(t.window));
+        change.durations.insert(t.h2d, 0);
+    }
     // Many transfers: every other non-scalar copy's cost, minus the dearest per step.
     let mut many_ns = 0i64;
     let mut many_copies = 0u64;
@@ -106,19 +126,28 @@ fn check(ctx: &Context) -> Vec<Finding> {
         let in_trip: std::collections::HashSet<u32> =
             trips.iter().flat_map(|t| [t.d2h, t.h2d]).collect();
         for s in p.steps.iter().skip(steady.first) {
-            let costs: Vec<i64> = step_copies(p, &ctx.metrics.timeline, s.start_ns, s.end_ns)
+            let copies: Vec<u32> = step_copies(p, &ctx.metrics.timeline, s.start_ns, s.end_ns)
                 .into_iter()
                 .filter(|gi| !in_trip.contains(gi))
                 .filter(|&gi| p.gpu[gi as usize].bytes.is_none_or(|b| b > SCALAR_BYTES))
-                .map(|gi| copy_cost(p, gaps, gi))
                 .collect();
+            let costs: Vec<i64> = copies.iter().map(|&gi| copy_cost(p, gaps, gi)).collect();
             many_copies += costs.len() as u64;
             many_ns += costs.iter().sum::<i64>() - costs.iter().max().copied().unwrap_or(0);
+            let dearest = costs.iter().enumerate().max_by_key(|c| c.1).map(|c| c.0);
+            for (k, &gi) in copies.iter().enumerate() {
+                if Some(k) != dearest {
+                    let window = p.gpu[gi as usize]
+                        .runtime
+                        .and_then(|r| blocked_window(p, r));
+                    drop_copy(&mut change, gi, window);
+                }
+            }
         }
     }
     let trip_ms = trip_ns as f64 / 1e6 / n;
     let many_ms = many_ns as f64 / 1e6 / n;
-    let saving_ms = trip_ms + many_ms;
+    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
     if saving_ms < MIN_SAVING_MS || (trips.is_empty() && transfers_per_step < MANY_PER_STEP) {
         return Vec::new();
     }
@@ -172,11 +201,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
         )
     };
     let d = Draft {
-        change: None,
+        change: Some(change),
         title,
         message,
         saving_ms,
-        estimate: format!("for round trips: time from the DtoH memcpy call to the end of the HtoD copy during which the GPU ran nothing but the two copies; for many transfers: the same over each copy's memcpy call and sync, minus the dearest copy of each step; averaged over steps{}. It includes what D001 reports for the same copies if they are pageable: do not add the two", steady.note),
+        estimate: format!("the step replayed without each round trip (its host time from the DtoH memcpy call to the end of the HtoD copy, both copies and the syncs in it: the work runs on the GPU) and, for many transfers, without every copy's memcpy call, sync and transfer but the dearest of each step (one batched transfer remains); averaged over steps{}. It includes what D001 reports for the same copies if they are pageable (the marginal savings do not count it twice)", steady.note),
         evidence: vec![
             ev("HtoD per step", format!("{:.1} ({})", h2d.count as f64 / n, fmt_bytes(h2d.bytes as f64 / n))),
             ev("DtoH per step", format!("{:.1} ({})", d2h.count as f64 / n, fmt_bytes(d2h.bytes as f64 / n))),
@@ -280,9 +309,11 @@ mod tests {
     fn fires_on_round_trip() {
         let r = trace(true).report();
         let f = finding(&r, "C002");
-        // Window: DtoH call at 110 to the HtoD call's end at 6360. The conv computes
-        // until 1030 (not counted); the rest is idle or these copies: 5.33 ms.
-        assert!((f.saving_ms - 5.33).abs() < 0.01, "saving {}", f.saving_ms);
+        // Replayed without the window from the DtoH call (110 µs) to the HtoD call's end
+        // (6360 µs): the clamp runs on the GPU, nothing is copied or waited for. The host
+        // sets these 10 ms steps, so each ends those 6.25 ms earlier (the linear's kernel
+        // still follows the conv's).
+        assert!((f.saving_ms - 6.25).abs() < 0.01, "saving {}", f.saving_ms);
         assert!(f.title.contains("GPU → CPU → GPU"), "{}", f.title);
     }
 
