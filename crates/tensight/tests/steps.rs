@@ -189,3 +189,32 @@ fn a_repeated_frame_without_the_work_is_no_step() {
     );
     assert_eq!(r.metrics.timeline.steps.len(), 5);
 }
+
+/// The profiler's cost removed, the recorded H200 steps replay about as long as the
+/// program's own unprofiled steps (`analysis::inflation`): host-bound workloads come down
+/// to their unprofiled time, a GPU-bound one is not deflated at all.
+#[test]
+fn the_deflated_replay_lasts_about_the_unprofiled_step() {
+    use tensight::analysis::{inflation, simulate};
+    let root =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/workloads");
+    for (name, deflated) in [
+        ("launch_bound", true),
+        ("sync_in_loop", false),
+        ("fp32_gemm", false),
+    ] {
+        let r = tensight::analyze_path(&root.join(name)).expect(name);
+        let s = &r.metrics.summary;
+        let d = inflation::of(&r.profile, s.step_time_ms, s.gpu_busy_ms_per_step);
+        assert_eq!(d.is_some(), deflated, "{name}");
+        let Some(d) = d else { continue };
+        let rep = simulate::replay(&r.profile, &d.change).expect("a replay");
+        let step_ms = rep.after_ns as f64 / 1e6 / s.steps as f64;
+        assert!(
+            (step_ms - d.unprofiled_step_ms).abs() <= 0.15 * d.unprofiled_step_ms,
+            "{name}: replayed {step_ms:.2} ms, unprofiled {:.2} ms, profiled {:.2} ms",
+            d.unprofiled_step_ms,
+            s.step_time_ms
+        );
+    }
+}

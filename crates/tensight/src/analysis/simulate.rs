@@ -41,6 +41,9 @@ pub struct Change {
     /// Host time removed: intervals (ns) of the host timeline that no longer happen;
     /// everything the host does after one happens that much earlier.
     pub host_cuts: Vec<(i64, i64)>,
+    /// Host time removed at points: (at ns, removed ns), added up (the profiler's cost
+    /// per recorded event: [`super::inflation`]).
+    pub host_points: Vec<(i64, i64)>,
     /// Blocking syncs (index into `Profile::runtime`) that no longer wait.
     pub unsynced: HashSet<u32>,
     /// Groups of GPU activities replayed as one CUDA graph: launched together at the
@@ -61,6 +64,7 @@ impl Change {
     pub fn is_empty(&self) -> bool {
         self.durations.is_empty()
             && self.host_cuts.is_empty()
+            && self.host_points.is_empty()
             && self.unsynced.is_empty()
             && self.graphs.is_empty()
     }
@@ -74,9 +78,12 @@ impl Change {
         }
         let mut cuts = self.host_cuts.clone();
         cuts.extend(o.host_cuts.iter().copied());
+        let mut points = self.host_points.clone();
+        points.extend(o.host_points.iter().copied());
         Change {
             durations: d,
             host_cuts: merge_intervals(cuts),
+            host_points: points,
             unsynced: self.unsynced.union(&o.unsynced).copied().collect(),
             graphs: self.graphs.iter().chain(&o.graphs).cloned().collect(),
         }
@@ -133,7 +140,7 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
             }
         }
     }
-    let cuts = Cuts::new(&change.host_cuts);
+    let cuts = Cuts::new(&change.host_cuts, &change.host_points);
     // Blocking syncs in the window, by start.
     let mut syncs: Vec<(i64, i64, bool)> = p
         .runtime
@@ -257,14 +264,16 @@ fn after_sync(
     (b - leave) - cuts.before(b)
 }
 
-/// Removed host intervals, merged: how much host time before `t` no longer happens.
+/// Removed host time, merged: how much host time before `t` no longer happens.
 struct Cuts {
     /// (start, end, removed before start), sorted.
     iv: Vec<(i64, i64, i64)>,
+    /// (at, removed at and before it), sorted.
+    points: Vec<(i64, i64)>,
 }
 
 impl Cuts {
-    fn new(raw: &[(i64, i64)]) -> Cuts {
+    fn new(raw: &[(i64, i64)], points: &[(i64, i64)]) -> Cuts {
         let mut acc = 0;
         let iv = merge_intervals(raw.to_vec())
             .into_iter()
@@ -274,15 +283,24 @@ impl Cuts {
                 x
             })
             .collect();
-        Cuts { iv }
+        let mut pts: Vec<(i64, i64)> = points.iter().copied().filter(|p| p.1 > 0).collect();
+        pts.sort_unstable();
+        let mut sum = 0;
+        for p in &mut pts {
+            sum += p.1;
+            p.1 = sum;
+        }
+        Cuts { iv, points: pts }
     }
 
     fn before(&self, t: i64) -> i64 {
         let k = self.iv.partition_point(|x| x.0 < t);
-        match k.checked_sub(1).map(|i| self.iv[i]) {
+        let cut = match k.checked_sub(1).map(|i| self.iv[i]) {
             Some((a, b, acc)) => acc + (t.min(b) - a).max(0),
             None => 0,
-        }
+        };
+        let j = self.points.partition_point(|p| p.0 < t);
+        cut + j.checked_sub(1).map_or(0, |i| self.points[i].1)
     }
 }
 
@@ -439,10 +457,11 @@ mod tests {
         let both = a.and(&b);
         assert_eq!(both.host_cuts, vec![(0, 300)]);
         assert_eq!(both.durations[&1], 5);
-        let cuts = Cuts::new(&both.host_cuts);
+        let cuts = Cuts::new(&both.host_cuts, &[(50, 7), (10, 3)]);
+        // Intervals once, points added up: 150 + 3 + 7 before 150 µs.
         assert_eq!(
             (cuts.before(0), cuts.before(150), cuts.before(1000)),
-            (0, 150, 300)
+            (0, 160, 310)
         );
     }
 }

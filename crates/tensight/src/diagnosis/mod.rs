@@ -9,6 +9,7 @@
 
 pub mod unprofiled;
 
+use crate::analysis::inflation::{self, Deflation};
 use crate::analysis::simulate::{self, Change};
 use crate::rules::{needs_hardware, Category, Context, Finding, RuleMeta, REGISTRY};
 use serde::Serialize;
@@ -25,6 +26,9 @@ pub struct Diagnosis {
     /// How savings were put into unprofiled time ([`unprofiled`]); `None`: they are on
     /// the profiled timeline (no timing in the bundle, or the profiler did not slow it).
     pub unprofiled: Option<unprofiled::Unprofiled>,
+    /// The profiler's cost the simulated findings were replayed without (`None`: no
+    /// unprofiled timing, or the profiler did not slow the steps).
+    pub deflation: Option<Deflation>,
     /// Every simulated fix at once (`None` when fewer than two findings have one).
     pub all_fixes: Option<AllFixes>,
 }
@@ -77,19 +81,25 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .filter(|r| runs(r.meta))
         .flat_map_iter(|r| (r.check)(ctx))
         .collect();
-    sort(&mut findings);
-    let mut all_fixes = combine(ctx, &mut findings);
-    let unprofiled = unprofiled::of(
-        ctx.profile,
-        ctx.step_ms(),
-        ctx.metrics.summary.gpu_busy_ms_per_step,
-    );
-    if let Some(u) = &unprofiled {
-        unprofiled::apply(&mut findings, u);
-        if let Some(a) = &mut all_fixes {
-            a.saving_ms *= u.scale;
-            a.saving_pct = (100.0 * a.saving_ms / u.unprofiled_step_ms).min(100.0);
+    let busy = ctx.metrics.summary.gpu_busy_ms_per_step;
+    // The profiler's own cost, removed once: the simulated findings are replayed on the
+    // deflated host timeline, the others scaled to the unprofiled step.
+    let deflation = inflation::of(ctx.profile, ctx.step_ms(), busy);
+    let base = deflation
+        .as_ref()
+        .map(|d| d.change.clone())
+        .unwrap_or_default();
+    let base_saved = simulate::saving_ns(ctx.profile, &base);
+    if let Some(d) = &deflation {
+        for f in findings.iter_mut() {
+            resimulate(ctx, f, d, &base, base_saved);
         }
+    }
+    sort(&mut findings);
+    let all_fixes = combine(ctx, &mut findings, &base, base_saved, deflation.as_ref());
+    let unprofiled = unprofiled::of(ctx.profile, ctx.step_ms(), busy);
+    if let Some(u) = &unprofiled {
+        unprofiled::apply(&mut findings, u, deflation.is_some());
     }
     sort(&mut findings);
     let primary = findings
@@ -101,8 +111,34 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         primary,
         skipped,
         unprofiled,
+        deflation,
         all_fixes,
     }
+}
+
+/// A simulated finding's saving replayed on the deflated host timeline: the step as the
+/// program runs without the profiler.
+fn resimulate(ctx: &Context, f: &mut Finding, d: &Deflation, base: &Change, base_saved: i64) {
+    let Some(c) = f.change.as_ref().filter(|c| !c.is_empty()) else {
+        return;
+    };
+    let profiled = f.saving_ms;
+    let saved = simulate::saving_ns(ctx.profile, &base.and(c)) - base_saved;
+    let saving = saved.max(0) as f64 / 1e6 / ctx.steps();
+    f.saving_ms = saving;
+    f.saving_pct = (100.0 * saving / d.unprofiled_step_ms.max(1e-9)).min(100.0);
+    f.severity = crate::rules::Severity::from_pct(f.saving_pct);
+    f.message = unprofiled::restate(&f.message, profiled, saving);
+    if !f.estimate.ends_with('.') {
+        f.estimate.push('.');
+    }
+    f.estimate.push_str(&format!(
+        " Replayed on the host timeline without the profiler's cost ({:.1} µs per recorded event, from the warm-up steps timed without it: {} against {} profiled; {} under the profiler).",
+        d.per_event_ns / 1e3,
+        crate::rules::fmt_ms(d.unprofiled_step_ms),
+        crate::rules::fmt_ms(d.profiled_step_ms),
+        crate::rules::fmt_ms(profiled)
+    ));
 }
 
 fn sort(findings: &mut [Finding]) {
@@ -114,9 +150,16 @@ fn sort(findings: &mut [Finding]) {
     });
 }
 
-/// The simulated findings (sorted, largest saving first) one after another: each one's
-/// marginal saving, and all of them at once.
-fn combine(ctx: &Context, findings: &mut [Finding]) -> Option<AllFixes> {
+/// The simulated findings (sorted, largest saving first) one after another, on top of
+/// `base` (the profiler's cost removed, when known): each one's marginal saving, and all
+/// of them at once.
+fn combine(
+    ctx: &Context,
+    findings: &mut [Finding],
+    base: &Change,
+    base_saved: i64,
+    deflation: Option<&Deflation>,
+) -> Option<AllFixes> {
     let simulated: Vec<usize> = (0..findings.len())
         .filter(|&i| findings[i].change.as_ref().is_some_and(|c| !c.is_empty()))
         .filter(|&i| findings[i].saving_ms > 0.0)
@@ -125,8 +168,8 @@ fn combine(ctx: &Context, findings: &mut [Finding]) -> Option<AllFixes> {
         return None;
     }
     let n = ctx.steps();
-    let mut so_far = Change::default();
-    let mut saved_before = 0_i64;
+    let mut so_far = base.clone();
+    let mut saved_before = base_saved;
     let mut codes = Vec::new();
     for &i in &simulated {
         let Some(c) = findings[i].change.as_ref() else {
@@ -138,8 +181,8 @@ fn combine(ctx: &Context, findings: &mut [Finding]) -> Option<AllFixes> {
         saved_before = saved.max(saved_before);
         codes.push(findings[i].code);
     }
-    let saving_ms = saved_before as f64 / 1e6 / n;
-    let step = ctx.step_ms();
+    let saving_ms = (saved_before - base_saved).max(0) as f64 / 1e6 / n;
+    let step = deflation.map_or(ctx.step_ms(), |d| d.unprofiled_step_ms);
     Some(AllFixes {
         saving_ms,
         saving_pct: if step > 0.0 {

@@ -9,11 +9,14 @@
 //!
 //! `tensight run` times the warm-up steps without the profiler (CUDA events at the step
 //! boundaries; the host clock where there is no GPU). When the profiled step is at least
-//! [`MIN_INFLATION`]× that, every saving is scaled by unprofiled / profiled (the profiler
-//! inflated the whole step; the share of it a fix removes is kept), and savings made of
-//! host-caused idle (rules in [`HOST_IDLE`]) are further capped at the idle the
-//! unprofiled step can hold: unprofiled step − GPU busy time. A plain trace carries no
-//! unprofiled timing: its savings stay on the profiled timeline, as its report says.
+//! [`crate::analysis::inflation::MIN_INFLATION`]× that, the findings the causal model
+//! replays are replayed again on the host timeline without the profiler's cost
+//! ([`crate::analysis::inflation`]); the others are scaled here by unprofiled / profiled
+//! (the profiler inflated the whole step; the share of it a fix removes is kept), and
+//! savings made of host-caused idle (rules in [`HOST_IDLE`]) are further capped at the
+//! idle the unprofiled step can hold: unprofiled step − GPU busy time. A plain trace
+//! carries no unprofiled timing: its savings stay on the profiled timeline, as its
+//! report says.
 
 use crate::model::Profile;
 use crate::rules::{fmt_ms, Finding, Severity};
@@ -21,10 +24,6 @@ use serde::Serialize;
 
 /// Rules whose saving is GPU idle while the host was not launching work.
 pub const HOST_IDLE: &[&str] = &["L001", "C001", "S001"];
-
-/// Scale only when the profiled step is at least this many times the unprofiled one
-/// (below it, run-to-run noise).
-pub const MIN_INFLATION: f64 = 1.15;
 
 /// How the savings were put into unprofiled time.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -43,19 +42,8 @@ pub struct Unprofiled {
 
 /// The unprofiled step of `profile`'s bundle, when the profiler inflated the step.
 pub fn of(profile: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Unprofiled> {
-    let t = &profile.bundle.as_ref()?.timing;
-    let (u, source) = match crate::analysis::median_ms(&t.step_ms_unprofiled_gpu) {
-        Some(u) => (u, "cuda_events"),
-        // The host clock of a GPU-bound program measures how fast the host queues work,
-        // not the step: the step is at least the GPU's busy time.
-        None => (
-            crate::analysis::median_ms(&t.step_ms_unprofiled)?.max(gpu_busy_ms),
-            "host_clock",
-        ),
-    };
-    if !(u > 0.0 && profiled_step_ms >= MIN_INFLATION * u) {
-        return None;
-    }
+    let (u, source) =
+        crate::analysis::inflation::unprofiled_step(profile, profiled_step_ms, gpu_busy_ms)?;
     Some(Unprofiled {
         profiled_step_ms,
         unprofiled_step_ms: u,
@@ -66,14 +54,19 @@ pub fn of(profile: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<
 }
 
 /// Rescale `findings` to unprofiled time: saving, share of the (unprofiled) step,
-/// severity, and a sentence in each estimate saying so.
-pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
+/// severity, and a sentence in each estimate saying so. With `replayed`, the simulated
+/// findings were replayed on the deflated timeline already and are left as they are.
+pub fn apply(findings: &mut [Finding], u: &Unprofiled, replayed: bool) {
     let how = if u.source == "cuda_events" {
         "CUDA events"
     } else {
         "the host clock"
     };
-    for f in findings.iter_mut().filter(|f| f.saving_ms > 0.0) {
+    let simulated = |f: &Finding| f.change.as_ref().is_some_and(|c| !c.is_empty());
+    for f in findings
+        .iter_mut()
+        .filter(|f| f.saving_ms > 0.0 && !(replayed && simulated(f)))
+    {
         let profiled = f.saving_ms;
         let mut saving = profiled * u.scale;
         let mut note = format!(
@@ -108,7 +101,7 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled) {
 
 /// The message with the saving it states (`an estimated X`, `saves ~X`) put into
 /// unprofiled time, so the message and the headline give one figure.
-fn restate(message: &str, profiled: f64, saving: f64) -> String {
+pub(crate) fn restate(message: &str, profiled: f64, saving: f64) -> String {
     let (from, to) = (fmt_ms(profiled), fmt_ms(saving));
     if from == to {
         return message.to_string();

@@ -103,6 +103,10 @@
 //!       "source": "cuda_events"|"host_clock",  // how the warm-up steps were timed
 //!       "scale": float,                        // every saving_ms was multiplied by it
 //!       "host_idle_cap_ms": float } | null,    // L001/C001/S001 capped at this
+//!     "deflation": {                           // since 1.6; null: no unprofiled timing
+//!       "profiled_step_ms", "unprofiled_step_ms": float,  // or no slowdown; the
+//!       "source": str, "events_per_step",      // replayed findings are simulated
+//!       "per_event_ns": float } | null,        // without the profiler's cost
 //!     "all_fixes": {                           // since 1.6; null: fewer than two simulated
 //!       "saving_ms", "saving_pct": float,      // every simulated fix at once (the causal
 //!       "findings": [str],                     // model's replay), the codes combined,
@@ -270,6 +274,7 @@ pub fn to_value(r: &Report) -> Value {
             "bottlenecks": r.diagnosis.findings,
             "skipped_rules": r.diagnosis.skipped,
             "unprofiled": r.diagnosis.unprofiled,
+            "deflation": r.diagnosis.deflation,
             "all_fixes": r.diagnosis.all_fixes,
         },
         "import": {

@@ -512,13 +512,20 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
                 f.saving_pct
             );
             if let Some(u) = &r.diagnosis.unprofiled {
+                let how = match &r.diagnosis.deflation {
+                    Some(d) => format!(
+                        "findings the model replays are replayed without its cost ({:.1} µs per recorded event), the others scaled by {:.2}",
+                        d.per_event_ns / 1e3,
+                        u.scale
+                    ),
+                    None => format!("so each is scaled by {:.2}", u.scale),
+                };
                 let note = format!(
                     "Savings are in unprofiled time: the profiler slowed the step {:.2}× \
-                     ({} against {} in the warm-up without it), so each is scaled by {:.2}.",
+                     ({} against {} in the warm-up without it); {how}.",
                     1.0 / u.scale,
                     fmt_ms(u.profiled_step_ms),
                     fmt_ms(u.unprofiled_step_ms),
-                    u.scale
                 );
                 let _ = write!(out, "{}", t.dim(&wrap(&note, t.w, "")));
             }
