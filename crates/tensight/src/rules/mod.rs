@@ -245,6 +245,19 @@ pub struct Finding {
     pub marginal_ms: Option<f64>,
 }
 
+impl Finding {
+    /// Another saving (ms per step): its share of the `step_ms` step and severity with it.
+    pub fn set_saving(&mut self, saving_ms: f64, step_ms: f64) {
+        self.saving_ms = saving_ms.max(0.0);
+        self.saving_pct = if step_ms > 0.0 {
+            (100.0 * self.saving_ms / step_ms).min(100.0)
+        } else {
+            0.0
+        };
+        self.severity = Severity::from_pct(self.saving_pct);
+    }
+}
+
 /// What a rule's check sees.
 pub struct Context<'a> {
     /// The model.

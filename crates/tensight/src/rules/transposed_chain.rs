@@ -101,10 +101,42 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     };
     let c = ctx.chains();
-    // One finding per chain; no op is in two (see `transposed_chains`).
-    c.chains
-        .iter()
-        .map(|chain| finding(ctx, ctx.profile, f, chain, c.bandwidth))
+    // One finding per cause: the chains of views made by the same op on the same line
+    // with the same layout (a view made in every layer, or every iteration), their
+    // savings added; no op is in two chains (see `transposed_chains`).
+    let mut groups: std::collections::BTreeMap<(String, String), Vec<&Chain>> =
+        std::collections::BTreeMap::new();
+    for chain in &c.chains {
+        let v = &f.nodes[chain.view as usize];
+        groups
+            .entry((v.made_by(), v.describe()))
+            .or_default()
+            .push(chain);
+    }
+    groups
+        .into_values()
+        .map(|mut list| {
+            list.sort_by(|a, b| b.saving_ns().total_cmp(&a.saving_ns()));
+            let mut fd = finding(ctx, ctx.profile, f, list[0], c.bandwidth);
+            if list.len() > 1 {
+                let total: f64 = list.iter().map(|c| c.saving_ns()).sum::<f64>() / 1e6;
+                fd.evidence.push(ev(
+                    "views like it (same op, line and layout)",
+                    format!("{} per step, {} in all", list.len(), fmt_ms(total)),
+                ));
+                fd.message = fd.message.replace(
+                    &format!("saves an estimated {}", fmt_ms(fd.saving_ms)),
+                    &format!(
+                        "saves an estimated {}; with the {} more views made the same way, {}",
+                        fmt_ms(fd.saving_ms),
+                        list.len() - 1,
+                        fmt_ms(total)
+                    ),
+                );
+                fd.set_saving(total, ctx.step_ms());
+            }
+            fd
+        })
         .collect()
 }
 
