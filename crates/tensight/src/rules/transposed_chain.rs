@@ -127,10 +127,10 @@ fn check(ctx: &Context) -> Vec<Finding> {
                 fd.message = fd.message.replace(
                     &format!("saves an estimated {}", fmt_ms(fd.saving_ms)),
                     &format!(
-                        "saves an estimated {}; with the {} more views made the same way, {}",
-                        fmt_ms(fd.saving_ms),
-                        list.len() - 1,
-                        fmt_ms(total)
+                        "saves an estimated {} over the {} views made the same way per step ({} for this one)",
+                        fmt_ms(total),
+                        list.len(),
+                        fmt_ms(fd.saving_ms)
                     ),
                 );
                 fd.set_saving(total, ctx.step_ms());
