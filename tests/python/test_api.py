@@ -14,7 +14,7 @@ TOP_KEYS = {
     "schema_version", "tensight_version", "input", "trace", "device", "distributed",
     "summary", "steps", "kernels", "top_ops_gpu", "top_ops_cpu", "syncs", "compute",
     "roofline", "diagnosis", "import", "bundle", "execution_trace", "tensors", "hardware",
-    "syncs_outside", "detail",
+    "syncs_outside", "detail", "held_back",
 }
 SUMMARY_KEYS = {
     "steps", "step_source", "step_time_ms", "step_time_median_ms", "total_time_ms",

@@ -11,6 +11,7 @@ pub mod efficiency;
 pub mod flops;
 pub mod forest;
 pub mod gemm;
+pub mod held_back;
 pub mod host_work;
 pub mod inflation;
 pub mod kernels;
@@ -48,6 +49,9 @@ pub struct RunMetrics {
     /// The tensor forest of the execution trace with modelled traffic per tensor
     /// (`None` without an execution trace).
     pub tensors: Option<forest::Forest>,
+    /// What held the GPU back: host-caused idle by what the host was doing before the
+    /// launch that ended it, largest first.
+    pub held_back: Vec<held_back::HeldBack>,
 }
 
 /// The device and its ceilings.
@@ -291,7 +295,9 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         .as_ref()
         .and_then(|d| d.ceilings.as_ref())
         .and_then(|c| roofline(c, &compute, busy));
+    let held_back = held_back::of(p, &timeline);
     RunMetrics {
+        held_back,
         device,
         summary,
         timeline,

@@ -70,6 +70,8 @@
 //!   "top_ops_gpu": [ { "name", "count", "gpu_ms", "cpu_ms" } ],
 //!   "top_ops_cpu": [ { "name", "count", "gpu_ms", "cpu_ms" } ],
 //!   "syncs": [ { "api", "op", "source", "step", "dur_ms", "gpu_idle_after_ms" } ],
+//!   "held_back": [ { "what": str,              // since 1.6: host-caused GPU idle by
+//!                    "ms_per_step": float } ],   // what held the next launch back
 //!   "syncs_outside": [ { "api", "op", "source",  // since 1.6: the program's syncs
 //!                        "position": "before"|"after",  // outside every step's host
 //!                        "dur_ms" } ],          // range (timing code, loop edges)
@@ -250,6 +252,7 @@ pub fn to_value(r: &Report) -> Value {
             "dur_ms": ms(sp.dur_ns),
             "gpu_idle_after_ms": ms(sp.gpu_idle_after_ns),
         })).collect::<Vec<_>>(),
+        "held_back": m.held_back,
         "syncs_outside": m.timeline.syncs_outside.iter().map(|sp| json!({
             "api": sp.api,
             "op": sp.op.map(|o| r.op_name(o)),

@@ -597,6 +597,17 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
             if v > 0.0 {
                 let _ = writeln!(out, "  └─ {label:<19} {}", fmt_ms(v));
             }
+            if label == "host not launching" && v > 0.0 {
+                for h in r
+                    .metrics
+                    .held_back
+                    .iter()
+                    .filter(|h| h.ms_per_step >= 0.01 * v)
+                {
+                    let line = format!("held back by {} ({})", h.what, fmt_ms(h.ms_per_step));
+                    out.push_str(&wrap(&short_text(&line, 2 * t.w), t.w, "       "));
+                }
+            }
         }
         let _ = writeln!(
             out,
