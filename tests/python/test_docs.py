@@ -36,3 +36,14 @@ def test_demos_in_the_readme_exist() -> None:
                            README):
         if name != "NAME":
             assert f"- {name}:" in helped, name
+
+
+def test_accuracy_figures_match_the_recorded_results() -> None:
+    s = json.loads((ROOT / "workloads/results.json").read_text())["summary"]
+    said = re.search(r"the planted one on (\d+)/(\d+), the estimated\s+saving within ±35% of "
+                     r"the measured one on (\d+)/\d+ against separate timing runs, and on "
+                     r"(\d+)/\d+", README)
+    assert said, "the README states the workloads' accuracy"
+    assert [int(g) for g in said.groups()] == [
+        s["primary_as_expected"], s["planted"], s["estimate_within_35pct"],
+        s["estimate_within_35pct_same_run"]]
