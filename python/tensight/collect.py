@@ -460,12 +460,7 @@ class Collector:
         self.write_manifest("running", None, None)
         if self.stop:
             self.finish("completed", 0, None)
-            say("stopping the program (--stop)")
-            if threading.current_thread() is threading.main_thread():
-                raise SystemExit(0)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            profiling.stop_program()
 
     def _close_prof(self) -> None:
         """Stop the timed session (it exports if it was recording) and, with

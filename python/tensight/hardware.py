@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import torch
 
 from tensight import bundle as contract
 from tensight.loops import Loop
-from tensight.profiling import say
+from tensight.profiling import say, stop_program
 from tensight.steps import Mode, StepFinder
 
 
@@ -164,12 +163,7 @@ class HardwareCollector:
                 if self.repeats_note:
                     say(f"hardware pass: {self.repeats_note}")
                 if self.stop:
-                    say("stopping the program (--stop)")
-                    if threading.current_thread() is threading.main_thread():
-                        raise SystemExit(0)
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(0)
+                    stop_program()
             elif self.range == "none" and self.count == self.hw_step - 1:
                 self._push()
 

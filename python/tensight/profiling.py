@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +44,17 @@ def say(msg: str) -> None:
         sys.stderr.flush()
     except Exception:  # noqa: BLE001 - a closed stderr must not break the program
         pass
+
+
+def stop_program() -> None:
+    """End the user's program after the recording (`--stop`): SystemExit on the main
+    thread, so its cleanup runs; from another thread, at once, streams flushed."""
+    say("stopping the program (--stop)")
+    if threading.current_thread() is threading.main_thread():
+        raise SystemExit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def detail_options() -> dict[str, Any]:

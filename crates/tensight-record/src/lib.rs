@@ -68,7 +68,7 @@ pub fn record(o: &Options) -> tensight::Result<Recorded> {
     let shown_command = o
         .command
         .iter()
-        .map(|a| shell_word(&a.to_string_lossy()))
+        .map(|a| tensight::report::terminal::shell_word(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ");
     let (dir, created) = make_bundle_dir(o.out)?;
@@ -152,17 +152,5 @@ pub fn io_cause(e: &std::io::Error) -> String {
                 None => s,
             }
         }
-    }
-}
-
-/// An argument as a POSIX shell would need it written.
-pub fn shell_word(a: &str) -> String {
-    let plain = !a.is_empty()
-        && a.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
-    if plain {
-        a.to_string()
-    } else {
-        format!("'{}'", a.replace('\'', "'\\''"))
     }
 }

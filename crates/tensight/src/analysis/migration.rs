@@ -8,7 +8,7 @@ use super::host_work::{
     is_top_level, not_computing, numel, Launched,
 };
 use super::Timeline;
-use crate::model::{CopyDir, CpuOp, OpKind, Profile};
+use crate::model::{CpuOp, OpKind, Profile};
 
 /// Longest gap between the factory op's end and the copy op's start (ns).
 pub(crate) const MAX_GAP_NS: i64 = 1_000_000;
@@ -51,9 +51,6 @@ const FACTORIES: &[&str] = &[
     "aten::exponential_",
 ];
 
-/// Ops that move a tensor between devices.
-const COPIES: &[&str] = &["aten::to", "aten::_to_copy", "aten::copy_"];
-
 /// One CPU-created tensor copied to the GPU.
 pub(crate) struct Migration {
     /// The factory op (index into `ops`); for an in-place initialiser, the last op.
@@ -85,22 +82,7 @@ pub(crate) struct Migration {
 pub(crate) fn find(p: &Profile, timeline: &Timeline, launched: &Launched) -> Vec<Migration> {
     let gaps = &timeline.idle_gaps;
     let mut out = Vec::new();
-    let mut seen_copy = std::collections::HashSet::new();
-    for &gi in &timeline.gpu_in_steps {
-        let Some(g) = p.gpu.get(gi as usize) else {
-            continue;
-        };
-        if g.copy_dir() != Some(CopyDir::HtoD) {
-            continue;
-        }
-        let Some(op) = g.op else { continue };
-        let copy = p.top_level_op(op);
-        let Some(c) = p.ops.get(copy as usize) else {
-            continue;
-        };
-        if !COPIES.contains(&&*c.name) || !seen_copy.insert(copy) {
-            continue;
-        }
+    for (gi, copy, c) in super::transfers::h2d_copy_ops(p, timeline) {
         let Some(m) = match_factory(p, launched, copy, gi) else {
             continue;
         };

@@ -3,7 +3,7 @@
 
 use super::host_work::blocked_window;
 use super::Timeline;
-use crate::model::{CopyDir, Profile};
+use crate::model::{CopyDir, CpuOp, Profile};
 
 /// Copies of this many bytes or fewer are scalar reads (S001's).
 pub(crate) const SCALAR_BYTES: u64 = 64;
@@ -74,6 +74,27 @@ pub(crate) fn step_copies(p: &Profile, timeline: &Timeline, lo: i64, hi: i64) ->
             })
         })
         .collect()
+}
+
+/// Ops that move a tensor to another device.
+const COPY_OPS: &[&str] = &["aten::to", "aten::_to_copy", "aten::copy_"];
+
+/// Each top-level copy op (`.to()`, `.cuda()`, `copy_`) whose host → device memcpy runs
+/// in the steps, once, with the first such memcpy (index into `gpu`), in time order.
+pub(crate) fn h2d_copy_ops<'a>(
+    p: &'a Profile,
+    timeline: &'a Timeline,
+) -> impl Iterator<Item = (u32, u32, &'a CpuOp)> + 'a {
+    let mut seen = std::collections::HashSet::new();
+    timeline.gpu_in_steps.iter().filter_map(move |&gi| {
+        let g = p.gpu.get(gi as usize)?;
+        if g.copy_dir() != Some(CopyDir::HtoD) {
+            return None;
+        }
+        let copy = p.top_level_op(g.op?);
+        let c = p.ops.get(copy as usize)?;
+        (COPY_OPS.contains(&&*c.name) && seen.insert(copy)).then_some((gi, copy, c))
+    })
 }
 
 /// Copies smaller than this say little about the link's bandwidth (latency dominates).

@@ -463,7 +463,7 @@ fn short_text(s: &str, max: usize) -> String {
 }
 
 /// An argument as a POSIX shell would need it written.
-fn shell_word(a: &str) -> String {
+pub fn shell_word(a: &str) -> String {
     let plain = !a.is_empty()
         && a.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));

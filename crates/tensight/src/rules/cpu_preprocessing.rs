@@ -109,8 +109,6 @@ const GLUE_NS: i64 = 50_000;
 /// (glibc's default mmap threshold: larger blocks go back to the OS, at a cost that grows
 /// with their size; smaller ones return to the heap in microseconds).
 const FREE_MIN_BYTES: i64 = 128 * 1024;
-/// Ops that move a tensor to another device.
-const COPIES: &[&str] = &["aten::to", "aten::_to_copy", "aten::copy_"];
 
 /// Host-only ops that cost nothing worth moving (metadata, views, allocation, scalar
 /// reads), or whose cost other rules own.
@@ -489,27 +487,13 @@ fn chains(
     let p = ctx.profile;
     let gaps = &ctx.metrics.timeline.idle_gaps;
     let mut out = Vec::new();
-    let mut seen = HashSet::new();
-    for &gi in &ctx.metrics.timeline.gpu_in_steps {
-        let Some(g) = p.gpu.get(gi as usize) else {
-            continue;
-        };
-        if g.copy_dir() != Some(CopyDir::HtoD) {
-            continue;
-        }
-        let Some(op) = g.op else { continue };
-        let copy = p.top_level_op(op);
-        let Some(c) = p.ops.get(copy as usize) else {
-            continue;
-        };
+    for (_, copy, c) in crate::analysis::transfers::h2d_copy_ops(p, &ctx.metrics.timeline) {
         if c.pid != pid
             || c.tid != tid
-            || !COPIES.contains(&&*c.name)
             || claimed.contains(&copy)
             || !steady.includes(p, c.ts_ns)
             || in_data_loader(p, copy)
             || inside_any(trips, c.ts_ns, c.end_ns())
-            || !seen.insert(copy)
         {
             continue;
         }
