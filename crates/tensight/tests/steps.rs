@@ -116,6 +116,81 @@ fn a_trace_where_nothing_repeats_is_one_step() {
     assert_eq!(r.metrics.timeline.steps.len(), 1);
 }
 
+/// Optimizer steps after `per[i]` matmuls of `us[i]` µs each (one iteration each), the
+/// trace starting inside the first iteration (no annotation before it).
+fn optimizer_loop(per: &[usize], us: &[f64]) -> TraceBuilder {
+    let mut b = TraceBuilder::new();
+    let mut t = 0.0;
+    for (&n, &d) in per.iter().zip(us) {
+        for _ in 0..n {
+            let o = b.op("aten::mm", t, d - 5.0);
+            b.kernel("gemm", o, t + 1.0, t + 2.0, 3.0, [8, 1, 1], [128, 1, 1]);
+            t += d;
+        }
+        b.annotation("Optimizer.step#SGD.step", t, 10.0);
+        b.op("aten::add_", t + 1.0, 5.0);
+        t += 20.0;
+    }
+    b
+}
+
+#[test]
+fn an_edge_iteration_is_judged_by_its_ops_not_its_time() {
+    // The first iteration ran 3× slower (a loaded machine): the same ops, so a step.
+    let r = optimizer_loop(&[4, 4, 4, 4], &[300.0, 100.0, 100.0, 100.0]).report();
+    assert_eq!(r.metrics.timeline.steps.len(), 4);
+    // What comes before the first optimizer step holds twice an iteration's ops (set-up
+    // before the loop): not a step, however short.
+    let r = optimizer_loop(&[8, 4, 4, 4], &[20.0, 100.0, 100.0, 100.0]).report();
+    assert_eq!(r.metrics.timeline.steps.len(), 3);
+}
+
+/// A single-process DataLoader loop: each fetch holds `fetch_ops` ops (the collate), then
+/// the model's 4 and an optimizer step. `lead` ops of the model, with the optimizer step
+/// when `lead_steps`, ran before the first traced fetch.
+fn single_process_loader(fetch_ops: usize, lead: usize, lead_steps: bool) -> TraceBuilder {
+    let mut b = TraceBuilder::new();
+    let mut t = 0.0;
+    let body = |b: &mut TraceBuilder, t: &mut f64, n: usize, step: bool| {
+        for _ in 0..n {
+            let o = b.op("aten::mm", *t, 90.0);
+            b.kernel("gemm", o, *t + 1.0, *t + 2.0, 50.0, [8, 1, 1], [128, 1, 1]);
+            *t += 100.0;
+        }
+        if step {
+            b.annotation("Optimizer.step#SGD.step", *t, 10.0);
+            b.op("aten::add_", *t + 1.0, 5.0);
+            *t += 20.0;
+        }
+    };
+    body(&mut b, &mut t, lead, lead_steps);
+    for _ in 0..4 {
+        let d = 10.0 * fetch_ops as f64 + 10.0;
+        b.annotation(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            t,
+            d,
+        );
+        for k in 0..fetch_ops {
+            b.op("aten::stack", t + 1.0 + 10.0 * k as f64, 8.0);
+        }
+        t += d + 5.0;
+        body(&mut b, &mut t, 4, true);
+    }
+    b
+}
+
+#[test]
+fn an_edge_iteration_without_its_fetch_is_told_by_its_optimizer_step() {
+    // The profiler started after the first fetch: the rest of that iteration holds a
+    // tenth of the others' ops (the fetch holds the collate) but its optimizer step.
+    let r = single_process_loader(40, 4, true).report();
+    assert_eq!(r.metrics.timeline.steps.len(), 5);
+    // Ops before the first fetch without an optimizer step: not an iteration.
+    let r = single_process_loader(40, 4, false).report();
+    assert_eq!(r.metrics.timeline.steps.len(), 4);
+}
+
 #[test]
 fn optimizer_steps_win_over_a_frame_that_repeats_per_micro_batch() {
     // Gradient accumulation: `train.py(20): micro_step` 4 times per optimizer step.

@@ -122,24 +122,22 @@ fn host_ranges(p: &Profile) -> (Vec<HostRange>, StepSource) {
             return r;
         }
         let mut ends: Vec<(i64, i64)> = opt.windows(2).map(|w| (w[0].1, w[1].1)).collect();
-        if let Some(first) = first_op_start(p, opt[0].0) {
-            if like_the_others(opt[0].1 - first, &ends) {
-                ends.insert(0, (first, opt[0].1));
-            }
+        let t = Thread::of(p, opt[0].0, &name);
+        if let Some(first) = t.as_ref().and_then(|t| t.lead(opt[0].1, &ends)) {
+            ends.insert(0, (first, opt[0].1));
         }
         return (numbered(ends), StepSource::Annotation { name });
     }
     // 4. DataLoader batch fetches: an iteration starts at each `__next__`. The last one
     //    ends at the thread's last op, and the thread's ops before the first fetch (the
-    //    profiler started after it) are an iteration too, when about as long as the others.
+    //    profiler started after it) are an iteration too, when about as large as the others.
     if let Some((name, dl)) = loader {
         let mut starts: Vec<(i64, i64)> = dl.windows(2).map(|w| (w[0].0, w[1].0)).collect();
         let (first, last) = (dl[0].0, dl[dl.len() - 1].0);
-        let lead = first_op_start(p, first).filter(|&a| like_the_others(first - a, &starts));
-        if let Some(end) = last_op_end(p, last) {
-            if like_the_others(end - last, &starts) {
-                starts.push((last, end));
-            }
+        let t = Thread::of(p, first, &name);
+        let lead = t.as_ref().and_then(|t| t.lead(first, &starts));
+        if let Some(end) = t.as_ref().and_then(|t| t.tail(last, &starts)) {
+            starts.push((last, end));
         }
         if let Some(a) = lead {
             starts.insert(0, (a, first));
@@ -190,37 +188,112 @@ fn numbered(r: Vec<(i64, i64)>) -> Vec<HostRange> {
         .collect()
 }
 
-/// Whether a step of `len` ns at an edge of the trace is an iteration like `others`:
-/// from half their median (the profiler started or stopped inside it) to a quarter more.
-fn like_the_others(len: i64, others: &[(i64, i64)]) -> bool {
-    let mut d: Vec<i64> = others.iter().map(|(a, b)| b - a).collect();
-    if d.is_empty() || len <= 0 {
-        return false;
+/// The thread an annotation ran on, for the partial iterations at the trace's edges.
+struct Thread<'a> {
+    /// Start of its first and end of its last top-level op, ns.
+    span: (i64, i64),
+    /// Start of each of its operators (any depth), sorted.
+    op_starts: Vec<i64>,
+    /// Its annotations other than the steps' own marker and `ProfilerStep#`: (start, name).
+    marks: Vec<(i64, &'a str)>,
+}
+
+impl<'a> Thread<'a> {
+    /// The thread of the op that starts at `at`, whose steps are marked by `marker`.
+    fn of(p: &'a Profile, at: i64, marker: &str) -> Option<Thread<'a>> {
+        let o = p.ops.iter().find(|o| o.ts_ns == at)?;
+        let mine = || p.ops.iter().filter(|x| x.pid == o.pid && x.tid == o.tid);
+        let tops = || mine().filter(|x| x.parent.is_none() && !x.name.starts_with("ProfilerStep#"));
+        let span = (
+            tops().map(|x| x.ts_ns).min()?,
+            tops().map(|x| x.end_ns()).max()?,
+        );
+        let mut op_starts: Vec<i64> = mine()
+            .filter(|x| x.kind == OpKind::Op)
+            .map(|x| x.ts_ns)
+            .collect();
+        op_starts.sort_unstable();
+        // `Optimizer.step#` of any optimizer, `enumerate(DataLoader)#` of any iterator.
+        let family = marker.find('#').map_or(marker, |i| &marker[..=i]);
+        let mut marks: Vec<(i64, &str)> = mine()
+            .filter(|x| x.kind == OpKind::Annotation && !x.name.starts_with(family))
+            .filter(|x| !x.name.starts_with("ProfilerStep#"))
+            .map(|x| (x.ts_ns, &*x.name))
+            .collect();
+        marks.sort_unstable();
+        Some(Thread {
+            span,
+            op_starts,
+            marks,
+        })
     }
-    d.sort_unstable();
-    let m = d[d.len() / 2];
-    2 * len >= m && 4 * len <= 5 * m
-}
 
-/// Start of the first top-level op on the thread of the op that starts at `at`.
-fn first_op_start(p: &Profile, at: i64) -> Option<i64> {
-    let o = p.ops.iter().find(|o| o.ts_ns == at)?;
-    p.ops
-        .iter()
-        .filter(|x| x.pid == o.pid && x.tid == o.tid && x.parent.is_none())
-        .filter(|x| !x.name.starts_with("ProfilerStep#"))
-        .map(|x| x.ts_ns)
-        .min()
-}
+    /// Operators starting in [a, b).
+    fn ops_in(&self, a: i64, b: i64) -> usize {
+        self.op_starts.partition_point(|&t| t < b) - self.op_starts.partition_point(|&t| t < a)
+    }
 
-/// End of the last top-level op on the thread of the op that starts at `at`.
-fn last_op_end(p: &Profile, at: i64) -> Option<i64> {
-    let o = p.ops.iter().find(|o| o.ts_ns == at)?;
-    p.ops
-        .iter()
-        .filter(|x| x.pid == o.pid && x.tid == o.tid && x.parent.is_none())
-        .map(|x| x.end_ns())
-        .max()
+    /// Whether [a, b), at an edge of the trace, is an iteration like `others`: it holds
+    /// from half their median number of operators (the profiler started or stopped inside
+    /// it) to a quarter more, or it holds some of the annotations that each of them holds
+    /// once (an optimizer step, a `record_function` of the loop body) and none twice.
+    /// Counted in operators and annotations, not time: a loaded machine stretches one
+    /// iteration's time, never its ops. With a single-process DataLoader the fetch holds
+    /// most ops, so an edge iteration without its fetch is told by its annotations.
+    fn like_the_others(&self, a: i64, b: i64, others: &[(i64, i64)]) -> bool {
+        if b <= a || others.is_empty() {
+            return false;
+        }
+        let mut n: Vec<usize> = others.iter().map(|&(x, y)| self.ops_in(x, y)).collect();
+        let len = self.ops_in(a, b);
+        n.sort_unstable();
+        let m = n[n.len() / 2];
+        if len > 0 && 2 * len >= m && 4 * len <= 5 * m {
+            return true;
+        }
+        let held: Vec<usize> = self
+            .once_in_each(others)
+            .iter()
+            .map(|l| self.count(l, a, b))
+            .collect();
+        held.iter().any(|&k| k == 1) && held.iter().all(|&k| k <= 1)
+    }
+
+    /// Annotation names that start exactly once in each of `ranges`.
+    fn once_in_each(&self, ranges: &[(i64, i64)]) -> Vec<&'a str> {
+        let (a, b) = ranges[0];
+        let mut names: Vec<&str> = self
+            .marks
+            .iter()
+            .filter(|m| m.0 >= a && m.0 < b)
+            .map(|m| m.1)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.retain(|n| ranges.iter().all(|&(x, y)| self.count(n, x, y) == 1));
+        names
+    }
+
+    /// How many annotations named `name` start in [a, b).
+    fn count(&self, name: &str, a: i64, b: i64) -> usize {
+        self.marks
+            .iter()
+            .filter(|m| m.0 >= a && m.0 < b && m.1 == name)
+            .count()
+    }
+
+    /// The thread's start, when what runs from it to `end` is an iteration.
+    fn lead(&self, end: i64, others: &[(i64, i64)]) -> Option<i64> {
+        let a = self.span.0;
+        self.like_the_others(a, end, others).then_some(a)
+    }
+
+    /// The thread's end, when what runs from `start` to it is an iteration.
+    fn tail(&self, start: i64, others: &[(i64, i64)]) -> Option<i64> {
+        let b = self.span.1 + 1;
+        self.like_the_others(start, b, others)
+            .then_some(self.span.1)
+    }
 }
 
 /// Annotations whose name starts with `prefix`, sorted, when at least three repeat:
