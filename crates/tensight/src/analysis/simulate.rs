@@ -36,7 +36,8 @@ pub const GRAPH_GAP_NS: i64 = 1_000;
 /// A transformation of the recorded window: what a fix changes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Change {
-    /// GPU activities (index into `Profile::gpu`) that take this long instead (ns).
+    /// GPU activities (index into `Profile::gpu`) that take this long instead (ns); 0
+    /// removes one, with the gap or launch latency before it.
     pub durations: HashMap<u32, i64>,
     /// Host time removed: intervals (ns) of the host timeline that no longer happen;
     /// everything the host does after one happens that much earlier.
@@ -203,8 +204,11 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
                 (g.ts_ns - ready_orig).max(0),
             ),
         };
-        let start = host_at.max(prev_new).max(dep_new) + delay;
         let dur = dense[gi - lo].unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
+        // An activity the change removes (duration 0) is not there: no launch latency
+        // or gap before it either (fused kernels run back to back as one).
+        let delay = if dense[gi - lo] == Some(0) { 0 } else { delay };
+        let start = host_at.max(prev_new).max(dep_new) + delay;
         let end = start + dur;
         streams.insert(key, (g.end_ns().max(prev_orig), end.max(prev_new)));
         let e = ends

@@ -123,6 +123,14 @@ fn resimulate(ctx: &Context, f: &mut Finding, d: &Deflation, base: &Change, base
         return;
     };
     let profiled = f.saving_ms;
+    let (base, base_saved) = match &f.after {
+        Some(a) => {
+            let b = base.and(a);
+            let s = simulate::saving_ns(ctx.profile, &b);
+            (b, s)
+        }
+        None => (base.clone(), base_saved),
+    };
     let saved = simulate::saving_ns(ctx.profile, &base.and(c)) - base_saved;
     let saving = saved.max(0) as f64 / 1e6 / ctx.steps();
     f.saving_ms = saving;
@@ -175,9 +183,15 @@ fn combine(
         let Some(c) = findings[i].change.as_ref() else {
             continue;
         };
+        // A change measured on top of another (T003 after TF32) adds, here too, only what
+        // goes beyond it: the part before it is another finding's to claim.
+        let from = match &findings[i].after {
+            Some(a) => simulate::saving_ns(ctx.profile, &so_far.and(a)).max(saved_before),
+            None => saved_before,
+        };
         so_far = so_far.and(c);
         let saved = simulate::saving_ns(ctx.profile, &so_far);
-        findings[i].marginal_ms = Some((saved - saved_before).max(0) as f64 / 1e6 / n);
+        findings[i].marginal_ms = Some((saved - from).max(0) as f64 / 1e6 / n);
         saved_before = saved.max(saved_before);
         codes.push(findings[i].code);
     }

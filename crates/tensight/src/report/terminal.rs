@@ -740,9 +740,14 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
             .marginal_ms
             .filter(|m| (m - f.saving_ms).abs() > 0.05 * f.saving_ms)
         {
+            let why = if m < f.saving_ms {
+                "they explain some of the same time"
+            } else {
+                "what held the step back before is gone then"
+            };
             out.push_str(&wrap(
                 &format!(
-                    "Once the findings above it are fixed: saves ~{} per step (they explain the same time)",
+                    "Once the findings above it are fixed: saves ~{} per step ({why})",
                     fmt_ms(m)
                 ),
                 t.w,

@@ -239,6 +239,11 @@ pub struct Finding {
     /// is not simulated yet); the diagnosis combines these (all fixes, marginal savings).
     #[serde(skip)]
     pub change: Option<crate::analysis::simulate::Change>,
+    /// The change `change` is measured on top of, when part of what it saves is another
+    /// finding's (T003's bf16 from TF32, on top of T001's FP32 → TF32): the saving is the
+    /// step with both less the step with this one alone.
+    #[serde(skip)]
+    pub after: Option<crate::analysis::simulate::Change>,
     /// Its saving after the findings with larger savings are fixed, ms per step (set by
     /// the diagnosis when this and a larger finding both have a change).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -328,10 +333,28 @@ pub struct Draft {
 impl Draft {
     /// Turn into a finding of `meta`, with % and severity from `ctx`'s step time.
     pub fn finish(self, meta: &RuleMeta, ctx: &Context) -> Finding {
+        self.finish_after(meta, ctx, None)
+    }
+
+    /// As [`Draft::finish`], the change's saving measured on top of `after` (another
+    /// finding's change): the replayed step with `after` less that with both.
+    pub fn finish_after(
+        self,
+        meta: &RuleMeta,
+        ctx: &Context,
+        after: Option<crate::analysis::simulate::Change>,
+    ) -> Finding {
+        use crate::analysis::simulate::{saving_ns, Change};
         let step = ctx.step_ms();
         let saving_ms = match &self.change {
             Some(c) => {
-                crate::analysis::simulate::saving_ns(ctx.profile, c) as f64 / 1e6 / ctx.steps()
+                let base = after.clone().unwrap_or_default();
+                let on_base = if base == Change::default() {
+                    0
+                } else {
+                    saving_ns(ctx.profile, &base)
+                };
+                (saving_ns(ctx.profile, &base.and(c)) - on_base) as f64 / 1e6 / ctx.steps()
             }
             None => self.saving_ms,
         }
@@ -356,6 +379,7 @@ impl Draft {
             fixes: self.fixes,
             locations: self.locations,
             change: self.change,
+            after,
             marginal_ms: None,
         }
     }
