@@ -58,7 +58,7 @@ def own_ms(name: str, fixes: list[str]) -> float | None:
     return None
 
 
-def record_one(name: str, out: Path) -> dict[str, Any]:
+def record_one(name: str, out: Path, runs: list[str]) -> dict[str, Any]:
     t0 = time.monotonic()
     problems = EXPECTED[name] or {}
     fixes = [f for f in problems if f != "all"]
@@ -66,7 +66,7 @@ def record_one(name: str, out: Path) -> dict[str, Any]:
     rec["fix_ms"] = {f: own_ms(name, [f]) for f in fixes}
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
-    for run in ("run1", "run2"):
+    for run in runs:
         cmd = [sys.executable, "-m", "tensight", "run", *RECORD, "--out", str(d / run), "--",
                sys.executable, str(HERE / f"{name}.py"), "--iters", str(ITERS)]
         try:
@@ -87,7 +87,7 @@ def record_one(name: str, out: Path) -> dict[str, Any]:
     return rec
 
 
-def record(names: list[str], out: Path, skip_done: bool) -> None:
+def record(names: list[str], out: Path, skip_done: bool, runs: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "timings.json"
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
@@ -97,7 +97,7 @@ def record(names: list[str], out: Path, skip_done: bool) -> None:
         if skip_done and n in doc["programs"]:
             continue
         log(f"{n}: timing, 2 tensight runs, a plain trace")
-        doc["programs"][n] = record_one(n, out)
+        doc["programs"][n] = record_one(n, out, runs)
         path.write_text(json.dumps(doc, indent=2) + "\n")
         log(f"{n}: {doc['programs'][n]}")
 
@@ -158,8 +158,10 @@ def table(src: Path, tag: str, dest: Path) -> dict[str, Any]:
         runs = {run: judge(name, rec, diagnose(d / run) if (d / run).is_dir() else None)
                 for run in ("run1", "run2")}
         runs["plain"] = judge(name, rec, _analyze_plain(d))
-        rows.append({"program": name, "expected": EXPECTED[name], **runs,
-                     "stable": runs["run1"].get("primary") == runs["run2"].get("primary")})
+        # Same primary in both recordings; None where only one was made.
+        stable = (runs["run1"].get("primary") == runs["run2"].get("primary")
+                  if (d / "run2").is_dir() else None)
+        rows.append({"program": name, "expected": EXPECTED[name], **runs, "stable": stable})
     planted = [r for r in rows if r["expected"] is not None]
     summary = {
         "programs": len(rows), "planted": len(planted),
@@ -167,7 +169,8 @@ def table(src: Path, tag: str, dest: Path) -> dict[str, Any]:
         **{f"estimate_ok_{k}": sum(all(p["within_35pct"] for p in r[k].get("problems", [])) and
                                    bool(r[k].get("problems")) for r in planted)
            for k in ("run1", "plain")},
-        "stable": sum(r["stable"] for r in rows),
+        "stable": sum(bool(r["stable"]) for r in rows),
+        "recorded_twice": sum(r["stable"] is not None for r in rows),
         "controls_clean": sum(bool(r["run1"].get("ok")) for r in rows if r["expected"] is None),
     }
     res = {"tag": tag, "context": doc.get("context"), "summary": summary, "rows": rows}
@@ -181,7 +184,7 @@ def markdown(res: dict[str, Any]) -> str:
              f"{s['planted']}** (`tensight run`), **{s['primary_ok_plain']}/{s['planted']}** "
              f"(plain trace + ET); every estimate within ±35%: {s['estimate_ok_run1']} / "
              f"{s['estimate_ok_plain']}; same primary in two recordings {s['stable']}/"
-             f"{s['programs']}; controls clean {s['controls_clean']}.", "",
+             f"{s['recorded_twice']}; controls clean {s['controls_clean']}.", "",
              "| program | primary (run 1, run 2, plain) | ok | estimated ms | measured ms |",
              "| --- | --- | --- | --- | --- |"]
     for r in res["rows"]:
@@ -200,6 +203,11 @@ def main() -> int:
     p.add_argument("--from", dest="src", type=Path, help="table only: a folder --out wrote")
     p.add_argument("--skip-done", action="store_true", help="record: skip programs already in OUT")
     p.add_argument("--tag", default="now", help="table: the engine's name in results-TAG.json")
+    p.add_argument("--results", type=Path, default=HERE, help="table: where results-TAG.json goes")
+    p.add_argument("--record-only", action="store_true",
+                   help="record: no table (tabulate later, off the GPU machine)")
+    p.add_argument("--runs", type=int, choices=(1, 2), default=2,
+                   help="record: tensight run recordings per program (2: is the primary stable?)")
     a = p.parse_args()
     unknown = [n for n in a.only or [] if n not in EXPECTED]
     if unknown:
@@ -207,11 +215,13 @@ def main() -> int:
     if (a.out is None) == (a.src is None):
         p.error("give --out DIR (record, then tabulate) or --from DIR (tabulate what was recorded)")
     if a.out is not None:
-        record(a.only or list(EXPECTED), a.out, a.skip_done)
+        record(a.only or list(EXPECTED), a.out, a.skip_done, ["run1", "run2"][:a.runs])
+        if a.record_only:
+            return 0
     src = a.out or a.src
     if not (src / "timings.json").is_file():
         p.error(f"{src}/timings.json not found: record first with --out")
-    print(markdown(table(src, a.tag, HERE)))
+    print(markdown(table(src, a.tag, a.results)))
     return 0
 
 

@@ -238,7 +238,52 @@ def markdown(rows: list[dict[str, Any]], ctx: dict[str, Any], s: dict[str, Any],
             f"{fmt(r['unfixed_ms'])} | {fmt(r['fixed_ms'])} | {fmt(r.get('estimated_saving_ms'))} | "
             f"{fmt(r['measured_saving_ms'])} | {fmt(r.get('within_35pct'))} | {fmt(r.get('unfixed_same_run_ms'))} | "
             f"{fmt(r.get('measured_same_run_ms'))} | {fmt(r.get('within_35pct_same_run'))} | {fmt(r.get('ok'))} |")
-    return "\n".join(head) + "\n"
+    return "\n".join(head + holdout_section()) + "\n"
+
+
+def holdout_section() -> list[str]:
+    """The hold-out set's accuracy (holdout/results-TAG.json), engine before and after the
+    rule changes, as separate columns: the workloads above are what the rules were tuned on."""
+    res = {t: HERE.parent / "holdout" / f"results-{t}.json" for t in ("before", "after")}
+    if not all(p.is_file() for p in res.values()):
+        return []
+    doc = {t: json.loads(p.read_text()) for t, p in res.items()}
+    ctx = doc["after"].get("context") or {}
+
+    def summary(t: str) -> str:
+        s = doc[t]["summary"]
+        return (f"primary names a planted problem **{s['primary_ok_run1']}/{s['planted']}** "
+                f"(`tensight run`), **{s['primary_ok_plain']}/{s['planted']}** (plain trace); every "
+                f"estimate within ±35% {s['estimate_ok_run1']}/{s['planted']}; controls clean "
+                f"{s['controls_clean']}/{s['programs'] - s['planted']}")
+
+    lines = [
+        "", "## Hold-out set (not tuned on)", "",
+        f"`holdout/`: {doc['after']['summary']['programs']} programs written without reading the rules, "
+        f"their expected codes fixed before recording (`holdout/EXPECTED.json`). Recorded once on "
+        f"{ctx.get('gpu', '?')} (torch {ctx.get('torch', '?')}, {ctx.get('date', '?')}) by "
+        f"`bash scripts/h200/holdout.sh`; scored by `python3 holdout/harness.py --from DIR --tag TAG` "
+        f"with the engine before the rule changes of 2026-12-01 (`before`, commit 6f8ec09) and the "
+        f"current one (`after`). Measured ms: the program's own unfixed minus fixed time per iteration "
+        f"(for two-problem programs, minus each fix alone).", "",
+        f"- before: {summary('before')}.",
+        f"- after: {summary('after')}.", "",
+        "| program | expected | before: primary (run, plain) | after: primary (run, plain) "
+        "| before ok | after ok | after estimated ms | measured ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    before = {r["program"]: r for r in doc["before"]["rows"]}
+    for r in doc["after"]["rows"]:
+        b = before.get(r["program"], {})
+        exp = "control" if r["expected"] is None else "; ".join(
+            f"{k}: {'/'.join(v)}" if k != "all" else "/".join(v) for k, v in r["expected"].items())
+        prim = lambda x: f"{fmt(x.get('run1', {}).get('primary'))}, {fmt(x.get('plain', {}).get('primary'))}"
+        probs = r["run1"].get("problems", [])
+        lines.append(
+            f"| {r['program']} | {exp} | {prim(b)} | {prim(r)} | {fmt(b.get('run1', {}).get('ok'))} | "
+            f"{fmt(r['run1'].get('ok'))} | {'; '.join(fmt(p['estimated_ms']) for p in probs) or '–'} | "
+            f"{'; '.join(fmt(p['measured_ms']) for p in probs) or '–'} |")
+    return lines
 
 
 def main() -> int:

@@ -4,7 +4,11 @@
 # given back (carry it as .holdout/), in EXPECTED.json's order, and stops before BUDGET_S.
 #
 #   bash scripts/h200/holdout.sh [PROGRAM...]     # default: every program
+#   RUNS=1 bash scripts/h200/holdout.sh            # one `tensight run` each (less time)
 #
+# Carry only .holdout/timings.json (what earlier calls recorded): the programs in it are
+# skipped, and $OUT/holdout.tgz holds only what this call recorded (the 16 MiB a file
+# that comes back allows would not hold the whole set).
 # Wheel built here in .whl/ (maturin build --release -o .whl). Everything recorded goes
 # into $OUT/holdout.tgz (unpack over tests/fixtures/holdout), the log into $OUT/log.txt.
 set -uo pipefail
@@ -15,8 +19,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 R=/tmp/holdout; rm -rf "$R"; mkdir -p "$R"
-[ -d .holdout ] && cp -r .holdout/. "$R/"   # what earlier calls recorded
-timeout $((BUDGET_S - 20)) python3 holdout/harness.py --out "$R" --skip-done ${1:+--only "$@"}
+[ -f .holdout/timings.json ] && cp .holdout/timings.json "$R/"   # what earlier calls recorded
+timeout $((BUDGET_S - 20)) python3 holdout/harness.py --out "$R" --skip-done --record-only --runs "${RUNS:-2}" \
+  ${1:+--only "$@"}
 find "$R" -name 'plain_et.json' -exec gzip -f {} \;
 tar czf "$OUT/holdout.tgz" -C /tmp holdout
 du -sh "$R"/* | sort -h | tail -20

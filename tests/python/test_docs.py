@@ -38,6 +38,19 @@ def test_demos_in_the_readme_exist() -> None:
             assert f"- {name}:" in helped, name
 
 
+def test_holdout_figures_match_the_recorded_results() -> None:
+    s = {t: json.loads((ROOT / f"holdout/results-{t}.json").read_text())["summary"]
+         for t in ("before", "after")}
+    said = re.search(r"names a planted problem on (\d+)/(\d+) \(`tensight\s+run`\) and every "
+                     r"estimated saving is within ±35% on (\d+)/\d+ \(before this round's rule\s+"
+                     r"changes: (\d+)/\d+ and (\d+)/\d+\)", README)
+    assert said, "the README states the hold-out set's accuracy"
+    a, b = s["after"], s["before"]
+    assert [int(g) for g in said.groups()] == [
+        a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
+        b["estimate_ok_run1"]]
+
+
 def test_accuracy_figures_match_the_recorded_results() -> None:
     s = json.loads((ROOT / "workloads/results.json").read_text())["summary"]
     said = re.search(r"the planted one on (\d+)/(\d+), the estimated\s+saving within ±35% of "
