@@ -11,7 +11,9 @@ In order of trust, :class:`StepFinder` ends a step at
   first module call, with the same learning; calls inside ``torch.compile`` are not
   seen. An optimizer step later switches to ``OPTIMIZER``.
 - ``Mode.LOOP``: neither: the back edges of the loop of the user's code that holds the
-  work (:mod:`tensight.loops`). An optimizer step later switches to ``OPTIMIZER``.
+  work (:mod:`tensight.loops`). An optimizer step later switches to ``OPTIMIZER``. A
+  loop running inside a module's call or an optimizer's step (a recurrence unrolled in
+  ``forward``) is inside the step, never the step loop.
 
 The first event of the optimizer and forward kinds is a provisional boundary (the
 iteration is not learned yet), so steps are counted from the first iteration's end.
@@ -19,9 +21,12 @@ iteration is not learned yet), so steps are counted from the first iteration's e
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from collections.abc import Callable
 from enum import Enum
+from types import FrameType
 from typing import Any
 
 import torch
@@ -212,7 +217,10 @@ class StepFinder:
     def _choose(self, chain: list[Loop]) -> Loop | None:
         if self.mode is not None or not self.enabled:
             return None
-        chosen = self._choose_loop(chain)
+        outside = [lp for lp in chain if not in_a_step_call(lp)]
+        if not outside:
+            return None
+        chosen = self._choose_loop(outside)
         if chosen is not None:
             self.mode = Mode.LOOP
         return chosen
@@ -233,3 +241,24 @@ class StepFinder:
                 raise
             except Exception as e:  # noqa: BLE001
                 self.on_error(e)
+
+
+_MODULE_CALL = os.path.join("torch", "nn", "modules", "module.py")
+_OPTIM = os.path.join("torch", "optim", "")
+
+
+def in_a_step_call(loop: Loop) -> bool:
+    """Whether `loop`, running in this thread now, is inside a module's call or an
+    optimizer's step: a frame of either lies between its frame and the thread's root."""
+    f: FrameType | None = sys._getframe()
+    while f is not None and f.f_code is not loop.code:
+        f = f.f_back
+    f = f.f_back if f is not None else None
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.endswith(_MODULE_CALL) and f.f_code.co_name in ("_call_impl", "_wrapped_call_impl"):
+            return True
+        if _OPTIM in name:
+            return True
+        f = f.f_back
+    return False

@@ -453,3 +453,13 @@ def test_the_manifest_round_trips_through_the_engine(train_bundle: tuple[Path, A
     assert {k: engine[k] for k in written} == written
     python_fields = {f.name for f in dataclasses.fields(Manifest)}
     assert set(engine) - {"execution_trace_step"} == python_fields
+
+
+def test_a_loop_inside_forward_is_not_the_step_loop(tmp_path: Path) -> None:
+    # Its 100 iterations per call would fill the window before the first forward returns.
+    bundle = tmp_path / "b"
+    r = collected(bundle, "unrolled.py", "10", steps=3, warmup=2)
+    assert r.returncode == 0, r.stderr
+    m = manifest(bundle)
+    assert m["step_detection"] == "optimizer", r.stderr
+    assert m["steps_recorded"] == 3 and m["step_loop"] is None
