@@ -256,7 +256,7 @@ impl<'a> Thread<'a> {
             .iter()
             .map(|l| self.count(l, a, b))
             .collect();
-        held.iter().any(|&k| k == 1) && held.iter().all(|&k| k <= 1)
+        held.contains(&1) && held.iter().all(|&k| k <= 1)
     }
 
     /// Annotation names that start exactly once in each of `ranges`.
