@@ -66,12 +66,17 @@ class StaticLoop:
     target: int
     src: int
     line: int
+    #: A comprehension's loop (it builds a list, set or dict, or is a generator
+    #: expression): it makes a value, it is no step loop.
+    comprehension: bool = False
 
     def contains(self, offset: int) -> bool:
         return self.target <= offset <= self.src
 
 
 _static_cache: dict[CodeType, tuple[StaticLoop, ...]] = {}
+_APPENDS = {dis.opmap[n] for n in ("LIST_APPEND", "SET_ADD", "MAP_ADD")}
+_COMPREHENSIONS = ("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>")
 _ENDS_FLOW = {dis.opmap[n] for n in ("JUMP_BACKWARD", "JUMP_FORWARD", "JUMP_ABSOLUTE",
                                       "JUMP_BACKWARD_NO_INTERRUPT", "RETURN_VALUE",
                                       "RETURN_CONST", "RERAISE", "RAISE_VARARGS")
@@ -122,8 +127,21 @@ def _find_loops(code: CodeType) -> tuple[StaticLoop, ...]:
     def line_at(offset: int) -> int:
         return next((ln for off, ln in reversed(lines) if off <= offset), code.co_firstlineno)
 
-    found = [StaticLoop(t, src, line_at(t)) for t, src in reach.items()]
-    return tuple(sorted(found, key=lambda s: s.src - s.target))
+    spans = sorted(reach.items(), key=lambda ts: ts[1] - ts[0])
+    whole = code.co_name in _COMPREHENSIONS  # before 3.12 a comprehension is its own code
+
+    def builds(t: int, src: int) -> bool:
+        """An append of a comprehension in the loop itself, not in a loop inside it
+        (3.12 inlines list, set and dict comprehensions into the enclosing code)."""
+        for ins in instrs:
+            if ins.opcode in _APPENDS and t <= ins.offset <= src:
+                inner = next(((a, b) for a, b in spans if a <= ins.offset <= b))
+                if inner == (t, src):
+                    return True
+        return False
+
+    found = [StaticLoop(t, src, line_at(t), whole or builds(t, src)) for t, src in spans]
+    return tuple(found)
 
 
 @dataclass
@@ -390,7 +408,8 @@ class LoopWatch:
         key = (code, static.target)
         loop = self.loops.get(key)
         if loop is None:
-            loop = self.loops[key] = Loop(code, static, self.thread)
+            loop = self.loops[key] = Loop(code, static, self.thread,
+                                          rejected=static.comprehension)
         loop.count += 1
         now = time.time_ns()
         if len(loop.ends) >= _KEEP:

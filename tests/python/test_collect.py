@@ -463,3 +463,12 @@ def test_a_loop_inside_forward_is_not_the_step_loop(tmp_path: Path) -> None:
     m = manifest(bundle)
     assert m["step_detection"] == "optimizer", r.stderr
     assert m["steps_recorded"] == 3 and m["step_loop"] is None
+
+
+def test_a_comprehension_that_builds_the_inputs_is_not_the_step_loop(tmp_path: Path) -> None:
+    bundle = tmp_path / "b"
+    r = collected(bundle, "setup_comprehension.py", "12", steps=3, warmup=2)
+    assert r.returncode == 0, r.stderr
+    m = manifest(bundle)
+    assert m["step_detection"] == "loop", r.stderr
+    assert m["step_loop"]["line"] == 18 and m["steps_recorded"] == 3, r.stderr
