@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import subprocess
 import sys
@@ -180,6 +181,7 @@ def table(src: Path, dest: Path, names: list[str] | None) -> list[dict[str, Any]
     (dest / "results.json").write_text(json.dumps({"context": doc.get("context"), "summary": summary,
                                                    "rows": rows}, indent=2) + "\n")
     (dest / "RESULTS.md").write_text(markdown(rows, doc.get("context") or {}, summary, src))
+    (dest / "savings.svg").write_text(plot(rows))
     return rows
 
 
@@ -238,7 +240,71 @@ def markdown(rows: list[dict[str, Any]], ctx: dict[str, Any], s: dict[str, Any],
             f"{fmt(r['unfixed_ms'])} | {fmt(r['fixed_ms'])} | {fmt(r.get('estimated_saving_ms'))} | "
             f"{fmt(r['measured_saving_ms'])} | {fmt(r.get('within_35pct'))} | {fmt(r.get('unfixed_same_run_ms'))} | "
             f"{fmt(r.get('measured_same_run_ms'))} | {fmt(r.get('within_35pct_same_run'))} | {fmt(r.get('ok'))} |")
-    return "\n".join(head + holdout_section()) + "\n"
+    plot = ["", "## Estimated against measured saving", "",
+            "![estimated against measured saving, log-log](savings.svg)", "",
+            "Each planted problem whose finding gave an estimate: the tuned workloads above "
+            "(measured in separate timing runs) and the hold-out set (`tensight run`). Points "
+            "off the band's left are estimates far above the saving, under it far below."]
+    return "\n".join(head + holdout_section() + plot) + "\n"
+
+
+def holdout_points() -> list[tuple[float, float, str]]:
+    """(measured, estimated, program) of every planted problem of the hold-out set that
+    the current engine estimated (holdout/results-after.json), `tensight run` recordings."""
+    path = HERE.parent / "holdout" / "results-after.json"
+    if not path.is_file():
+        return []
+    pts = []
+    for r in json.loads(path.read_text())["rows"]:
+        for pr in r["run1"].get("problems", []):
+            if pr.get("measured_ms") and pr.get("estimated_ms") is not None:
+                pts.append((pr["measured_ms"], pr["estimated_ms"], r["program"]))
+    return pts
+
+
+def plot(rows: list[dict[str, Any]]) -> str:
+    """Estimated against measured saving (ms per step, log-log), the tuned workloads and the
+    hold-out set, with the ±35% band: an SVG with no dependency."""
+    tuned = [(r["measured_saving_ms"], r["estimated_saving_ms"], r["workload"]) for r in rows
+             if r["expected"] not in (None, "real") and r.get("measured_saving_ms")
+             and r.get("estimated_saving_ms") is not None and r["measured_saving_ms"] > 0]
+    held = [p for p in holdout_points() if p[0] > 0]
+    size, pad, lo, hi = 480, 56, 0.01, 200.0
+    span = math.log10(hi) - math.log10(lo)
+
+    def at(v: float) -> float:
+        return pad + (size - 2 * pad) * (math.log10(min(max(v, lo), hi)) - math.log10(lo)) / span
+
+    def xy(m: float, e: float) -> tuple[float, float]:
+        return at(m), size - at(e)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<rect width="{size}" height="{size}" fill="white"/>']
+    band = [xy(lo, lo * 1.35), xy(hi / 1.35, hi), xy(hi, hi), xy(hi, hi * 0.65), xy(lo, lo * 0.65)]
+    out.append('<polygon fill="#e8f0e8" points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in band) + '"/>')
+    (x0, y0), (x1, y1) = xy(lo, lo), xy(hi, hi)
+    out.append(f'<line x1="{x0:.1f}" y1="{y0:.1f}" x2="{x1:.1f}" y2="{y1:.1f}" stroke="#888"/>')
+    for k in range(-2, 3):
+        v = 10.0 ** k
+        x, y = xy(v, v)
+        out.append(f'<text x="{x:.1f}" y="{size - pad + 16}" text-anchor="middle">{v:g}</text>')
+        out.append(f'<text x="{pad - 6}" y="{y + 4:.1f}" text-anchor="end">{v:g}</text>')
+    out.append(f'<text x="{size / 2}" y="{size - 12}" text-anchor="middle">measured saving, ms per step</text>')
+    out.append(f'<text x="14" y="{size / 2}" text-anchor="middle" transform="rotate(-90 14 {size / 2})">'
+               'estimated saving, ms per step</text>')
+    out.append(f'<rect x="{pad}" y="{pad}" width="{size - 2 * pad}" height="{size - 2 * pad}" '
+               'fill="none" stroke="#444"/>')
+    for pts, color, label, dy in ((tuned, "#1f5fbf", "tuned workloads", 0), (held, "#d0501f",
+                                                                                "hold-out set", 14)):
+        for m, e, name in pts:
+            x, y = xy(m, e)
+            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}" fill-opacity="0.8">'
+                       f'<title>{name}: estimated {e:.2f}, measured {m:.2f}</title></circle>')
+        out.append(f'<circle cx="{pad + 10}" cy="{pad + 12 + dy}" r="4" fill="{color}"/>'
+                   f'<text x="{pad + 18}" y="{pad + 16 + dy}">{label} ({len(pts)})</text>')
+    out.append(f'<text x="{pad + 10}" y="{pad + 44}" fill="#4a7a4a">shaded: within ±35%</text>')
+    return "\n".join(out + ["</svg>"]) + "\n"
 
 
 def holdout_section() -> list[str]:

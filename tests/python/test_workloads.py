@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
@@ -52,6 +53,17 @@ def test_diagnosis_on_the_recorded_bundles(tmp_path: Path) -> None:
     assert committed["summary"] == s
     assert [(r["workload"], r["primary"], r["estimated_saving_ms"]) for r in committed["rows"]] == \
         [(r["workload"], r["primary"], r["estimated_saving_ms"]) for r in doc["rows"]]
+    # The plot of estimated against measured saving: well-formed, a point per estimate
+    # (tuned and hold-out) and the two of the legend, and the committed one.
+    svg = (tmp_path / "savings.svg").read_text()
+    assert svg == (ROOT / "workloads" / "savings.svg").read_text()
+    tuned = sum(1 for r in doc["rows"] if r["expected"] not in (None, "real")
+                and (r["measured_saving_ms"] or 0) > 0 and r["estimated_saving_ms"] is not None)
+    held = json.loads((ROOT / "holdout" / "results-after.json").read_text())["rows"]
+    held_n = sum(1 for r in held for p in r["run1"].get("problems", [])
+                 if (p["measured_ms"] or 0) > 0 and p["estimated_ms"] is not None)
+    circles = ElementTree.fromstring(svg).findall("{http://www.w3.org/2000/svg}circle")
+    assert len(circles) == tuned + held_n + 2 and tuned >= 15 and held_n >= 10
 
 
 def report(bundle: Path) -> dict:
