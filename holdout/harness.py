@@ -19,6 +19,7 @@ Two halves, as ``workloads/harness.py``:
     python3 holdout/harness.py --out /tmp/h                  # record + table (GPU)
     python3 holdout/harness.py --out /tmp/h --only kv_decode  # some programs
     python3 holdout/harness.py --from tests/fixtures/holdout --tag after
+    python3 holdout/harness.py --set holdout_b --out /tmp/hb   # another set (GPU)
 """
 
 from __future__ import annotations
@@ -35,8 +36,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "workloads"))
 from harness import diagnose, fmt, gpu_context, log  # noqa: E402
 
-EXPECTED: dict[str, Any] = {k: v for k, v in json.loads((HERE / "EXPECTED.json").read_text()).items()
-                            if not k.startswith("_")}
+#: The set's folder (its programs and EXPECTED.json): this one, or another (`--set`).
+SET = HERE
+
+
+def expected(folder: Path) -> dict[str, Any]:
+    """A set's expectations, by program (keys starting with `_` are its notes)."""
+    doc = json.loads((folder / "EXPECTED.json").read_text())
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+EXPECTED: dict[str, Any] = expected(HERE)
 RECORD = ["--steps", "4", "--warmup", "5", "--stop"]
 ITERS = 30
 TIMEOUT_S = 300
@@ -45,7 +55,7 @@ TIMEOUT_S = 300
 def own_ms(name: str, fixes: list[str]) -> float | None:
     """The program's own steady-state ms per iteration with `fixes` (["all"]: --fixed)."""
     args = ["--fixed"] if fixes == ["all"] else [a for f in fixes for a in ("--fix", f)]
-    cmd = [sys.executable, str(HERE / f"{name}.py"), "--iters", str(ITERS), *args]
+    cmd = [sys.executable, str(SET / f"{name}.py"), "--iters", str(ITERS), *args]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -68,7 +78,7 @@ def record_one(name: str, out: Path, runs: list[str]) -> dict[str, Any]:
     d.mkdir(parents=True, exist_ok=True)
     for run in runs:
         cmd = [sys.executable, "-m", "tensight", "run", *RECORD, "--out", str(d / run), "--",
-               sys.executable, str(HERE / f"{name}.py"), "--iters", str(ITERS)]
+               sys.executable, str(SET / f"{name}.py"), "--iters", str(ITERS)]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
             rec[f"{run}_exit"] = r.returncode
@@ -76,7 +86,7 @@ def record_one(name: str, out: Path, runs: list[str]) -> dict[str, Any]:
                 log(f"tensight run {name} ({run}) exited {r.returncode}:\n{r.stderr[-1500:]}")
         except subprocess.TimeoutExpired:
             rec[f"{run}_exit"] = None
-    cmd = [sys.executable, str(HERE / f"{name}.py"), "--iters", "20", "--trace",
+    cmd = [sys.executable, str(SET / f"{name}.py"), "--iters", "20", "--trace",
            str(d / "plain.json.gz"), "--trace-iters", "3", "--et", str(d / "plain_et.json")]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -203,12 +213,19 @@ def main() -> int:
     p.add_argument("--from", dest="src", type=Path, help="table only: a folder --out wrote")
     p.add_argument("--skip-done", action="store_true", help="record: skip programs already in OUT")
     p.add_argument("--tag", default="now", help="table: the engine's name in results-TAG.json")
-    p.add_argument("--results", type=Path, default=HERE, help="table: where results-TAG.json goes")
+    p.add_argument("--set", type=Path, default=HERE,
+                   help="the hold-out set's folder: its NAME.py programs and EXPECTED.json")
+    p.add_argument("--results", type=Path, default=None,
+                   help="table: where results-TAG.json goes (default: the set's folder)")
     p.add_argument("--record-only", action="store_true",
                    help="record: no table (tabulate later, off the GPU machine)")
     p.add_argument("--runs", type=int, choices=(1, 2), default=2,
                    help="record: tensight run recordings per program (2: is the primary stable?)")
     a = p.parse_args()
+    global SET, EXPECTED
+    if not (a.set / "EXPECTED.json").is_file():
+        p.error(f"{a.set}/EXPECTED.json not found: --set takes a hold-out set's folder")
+    SET, EXPECTED = a.set.resolve(), expected(a.set)
     unknown = [n for n in a.only or [] if n not in EXPECTED]
     if unknown:
         p.error(f"unknown programs: {', '.join(unknown)} (known: {', '.join(EXPECTED)})")
@@ -221,7 +238,7 @@ def main() -> int:
     src = a.out or a.src
     if not (src / "timings.json").is_file():
         p.error(f"{src}/timings.json not found: record first with --out")
-    print(markdown(table(src, a.tag, a.results)))
+    print(markdown(table(src, a.tag, a.results or SET)))
     return 0
 
 
