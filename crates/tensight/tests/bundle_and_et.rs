@@ -312,3 +312,61 @@ fn explicit_et_must_be_an_execution_trace() {
             .expect("links");
     assert_eq!(r.profile.execution_trace.map(|e| e.linked), Some(339));
 }
+
+#[test]
+fn a_manifest_cannot_make_tensight_read_outside_the_bundle() {
+    // The trace: refused with an error that names the path (escaped), never its content.
+    for name in [
+        "/etc/passwd",
+        "../trace.json.gz",
+        "a/../../x",
+        "/\u{1b}]0;pwned\u{7}",
+    ] {
+        let quoted = serde_json::to_string(name).expect("a JSON string");
+        let m = MANIFEST.replace(
+            r#""trace": "trace.json.gz""#,
+            &format!("\"trace\": {quoted}"),
+        );
+        let dir = temp_bundle(&m);
+        let e = read::load(dir.path()).err().expect("refused");
+        assert!(e.message.contains("outside the bundle"), "{name}: {e}");
+        assert!(
+            !e.message.contains('\u{1b}') && !e.message.contains("root:"),
+            "{e}"
+        );
+    }
+    // A symlink inside the bundle that leads out of it.
+    let outside = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(
+        fixture("h200-probe/kineto_trace.json.gz"),
+        outside.path().join("t.json.gz"),
+    )
+    .expect("copy");
+    let m = MANIFEST.replace(r#""trace": "trace.json.gz""#, r#""trace": "link.json.gz""#);
+    let dir = temp_bundle(&m);
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(
+            outside.path().join("t.json.gz"),
+            dir.path().join("link.json.gz"),
+        )
+        .expect("symlink");
+        let e = read::load(dir.path()).err().expect("refused");
+        assert!(e.message.contains("outside the bundle"), "{e}");
+    }
+    // Another file outside: not read, said so, the rest of the bundle still reports.
+    let m = MANIFEST.replace(
+        r#""execution_trace": "et.json.gz""#,
+        r#""execution_trace": "/etc/hosts""#,
+    );
+    let loaded = read::load(temp_bundle(&m).path()).expect("the trace still loads");
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("outside the bundle") && w.contains("not read")),
+        "{:?}",
+        loaded.warnings
+    );
+    assert!(loaded.profile.execution_trace.is_none());
+}

@@ -196,18 +196,49 @@ fn info_of(dir: &str, m: Manifest) -> BundleInfo {
     }
 }
 
+/// The path of the bundle's file `name` (from the manifest's `files`): inside `dir`
+/// only. An absolute path, a `..`, or a symlink that leads out of the bundle is refused:
+/// a manifest is input like any other, and must not make tensight read elsewhere.
+pub fn in_bundle(dir: &Path, name: &str) -> Result<PathBuf> {
+    use std::path::Component;
+    let rel = Path::new(name);
+    let plain = rel
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    let leaves = || {
+        Error::new(format!(
+            "bundle {}: its manifest names a file outside the bundle ({}); tensight reads only files inside it",
+            dir.display(),
+            crate::report::terminal::shown(name)
+        ))
+        .with_hint("a bundle's `files` are names relative to its folder, as `tensight run` writes them")
+    };
+    if !plain || name.is_empty() {
+        return Err(leaves());
+    }
+    let p = dir.join(rel);
+    // A symlink inside the bundle may still lead out of it.
+    if let (Ok(real), Ok(root)) = (p.canonicalize(), dir.canonicalize()) {
+        if !real.starts_with(&root) {
+            return Err(leaves());
+        }
+    }
+    Ok(p)
+}
+
 /// The Kineto trace of the bundle in `dir`: the file the manifest names, else a
 /// `trace.json.gz` / `trace.json` lying there. An error says why there is none.
 pub fn trace_file(dir: &Path, info: &BundleInfo) -> Result<PathBuf> {
     match &info.files.trace {
         Some(name) => {
-            let p = dir.join(name);
+            let p = in_bundle(dir, name)?;
             if p.is_file() {
                 Ok(p)
             } else {
                 let mut e = Error::new(format!(
-                    "failed to read bundle {}: its trace {name} is missing",
-                    dir.display()
+                    "failed to read bundle {}: its trace {} is missing",
+                    dir.display(),
+                    crate::report::terminal::shown(name)
                 ));
                 e.hint = Some(match &info.program.error {
                     Some(err) => format!("the program {} ({err}); the profiler may not have written the trace", status_words(info)),
@@ -275,7 +306,21 @@ pub fn nothing_recorded(info: &BundleInfo) -> Error {
 pub fn load(dir: &Path) -> Result<Loaded> {
     let info = read_manifest(dir)?;
     let trace = trace_file(dir, &info)?;
-    let detail = info.files.detail.as_ref().map(|d| dir.join(d));
+    let mut refused = Vec::new();
+    let mut inside = |name: &String| match in_bundle(dir, name) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            refused.push(format!("{} (not read)", e.message));
+            None
+        }
+    };
+    let detail = info.files.detail.as_ref().and_then(&mut inside);
+    let et_file = info
+        .files
+        .execution_trace
+        .as_ref()
+        .map(|n| (n.clone(), inside(n)));
+    let ncu = info.files.ncu.as_ref().and_then(&mut inside);
     let mut loaded = match &detail {
         Some(d) if d.is_file() => super::load_with_detail(&trace, d)?,
         Some(d) => {
@@ -288,10 +333,10 @@ pub fn load(dir: &Path) -> Result<Loaded> {
         }
         None => load_file(&trace)?,
     };
-    if let Some(name) = &info.files.execution_trace {
-        let et = dir.join(name);
+    loaded.warnings.append(&mut refused);
+    if let Some((name, Some(et))) = &et_file {
         if et.is_file() {
-            if let Err(e) = execution_trace::attach(&mut loaded, &et) {
+            if let Err(e) = execution_trace::attach(&mut loaded, et) {
                 loaded.warnings.push(format!(
                     "execution trace not used (tensor details unavailable): {}",
                     e.message
@@ -303,10 +348,9 @@ pub fn load(dir: &Path) -> Result<Loaded> {
             ));
         }
     }
-    let ncu = info.files.ncu.clone();
     apply_manifest(&mut loaded, info);
-    if let Some(name) = ncu {
-        attach_own_ncu(&mut loaded, super::ncu::read_file(&dir.join(&name)));
+    if let Some(path) = ncu {
+        attach_own_ncu(&mut loaded, super::ncu::read_file(&path));
     }
     Ok(loaded)
 }
