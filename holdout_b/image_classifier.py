@@ -99,7 +99,7 @@ def main():
 
     ds = BankDataset(bank, labels, crop, length=batch * (args.iters + 8), normalize_in_worker=not args.fixed)
     loader = DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers, pin_memory=cuda,
-                        drop_last=True, persistent_workers=True, prefetch_factor=4)
+                        drop_last=True, persistent_workers=True, prefetch_factor=2)
 
     model = SmallResNet(classes=classes).to(dev)
     if cuda:

@@ -116,7 +116,7 @@ def main():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     if cuda:
-        pool_n, batch, frames, n_mels, ch, n_blocks, repeat, k, tgt_len = 192, 32, 1000, 80, 1024, 5, 3, 15, 120
+        pool_n, batch, frames, n_mels, ch, n_blocks, repeat, k, tgt_len = 192, 32, 1000, 80, 1024, 6, 3, 15, 120
     else:
         pool_n, batch, frames, n_mels, ch, n_blocks, repeat, k, tgt_len = 16, 4, 96, 20, 32, 2, 2, 5, 12
     vocab = 32  # blank + 31 characters
