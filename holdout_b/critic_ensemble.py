@@ -84,7 +84,7 @@ def main():
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     if cuda:
-        n_data, obs_dim, act_dim, hidden, depth, n_q, batch = 250_000, 512, 32, 256, 3, 10, 2048
+        n_data, obs_dim, act_dim, hidden, depth, n_q, batch = 250_000, 512, 32, 256, 3, 10, 4096
     else:
         n_data, obs_dim, act_dim, hidden, depth, n_q, batch = 5_000, 24, 6, 32, 2, 4, 64
     gamma, tau = 0.99, 0.005

@@ -46,7 +46,7 @@ def main():
     cuda = dev.type == "cuda"
     torch.manual_seed(0)
     if cuda:
-        n_db, dim, n_q, chunk, k = 32768, 128, 2048, 2048, 10
+        n_db, dim, n_q, chunk, k = 49152, 128, 2048, 2048, 10
     else:
         n_db, dim, n_q, chunk, k = 4096, 32, 128, 512, 10
 
