@@ -5,6 +5,18 @@
 use std::path::Path;
 use tensight::report::{terminal, RenderOptions};
 
+/// Columns every snapshot is rendered at; no line of a report may be wider.
+const WIDTH: usize = 80;
+
+/// `text`, after checking that each of its lines fits [`WIDTH`].
+fn fitted(name: &str, text: String) -> String {
+    for line in text.lines() {
+        let n = line.chars().count();
+        assert!(n <= WIDTH, "{name}: a {n}-column line: {line}");
+    }
+    text
+}
+
 fn report_of(rel: &str) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     let path = root.join(rel);
@@ -14,7 +26,7 @@ fn report_of(rel: &str) -> String {
         &report,
         RenderOptions {
             color: false,
-            width: 80,
+            width: WIDTH,
         },
     )
 }
@@ -23,7 +35,7 @@ macro_rules! snap {
     ($name:ident, $rel:expr) => {
         #[test]
         fn $name() {
-            insta::assert_snapshot!(report_of($rel));
+            insta::assert_snapshot!(fitted($rel, report_of($rel)));
         }
     };
 }
@@ -79,7 +91,7 @@ fn bundle_report(rel: &str) -> String {
         &report,
         RenderOptions {
             color: false,
-            width: 80,
+            width: WIDTH,
         },
     )
 }
@@ -88,7 +100,7 @@ macro_rules! snap_bundle {
     ($name:ident, $rel:expr) => {
         #[test]
         fn $name() {
-            insta::assert_snapshot!(bundle_report($rel));
+            insta::assert_snapshot!(fitted($rel, bundle_report($rel)));
         }
     };
 }

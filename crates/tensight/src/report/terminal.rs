@@ -78,27 +78,54 @@ fn marker(s: Severity) -> &'static str {
 /// Word-wrap `text` to `width` columns, each line prefixed by `indent`; a line that
 /// starts with a bullet (`• `) continues under the bullet's text.
 fn wrap(text: &str, width: usize, indent: &str) -> String {
+    wrap_hanging(text, width, indent, indent)
+}
+
+/// As [`wrap`], the first line of each paragraph prefixed by `first` and the lines that
+/// continue it by `rest` (a label's value continuing under itself). A word longer than a
+/// line (a path, a kernel name) is cut across lines.
+fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
     let mut out = String::new();
     for para in text.split('\n') {
         let hang = if para.starts_with("• ") { "  " } else { "" };
         let mut line = String::new();
-        let mut first = true;
+        let mut on_first = true;
+        let avail = |on_first: bool| {
+            let (indent, lead) = if on_first {
+                (first, 0)
+            } else {
+                (rest, hang.len())
+            };
+            width.saturating_sub(indent.chars().count() + lead).max(20)
+        };
+        let mut flush = |line: &mut String, on_first: &mut bool| {
+            let (indent, pre) = if *on_first { (first, "") } else { (rest, hang) };
+            let _ = writeln!(out, "{indent}{pre}{line}");
+            line.clear();
+            *on_first = false;
+        };
         for word in para.split_whitespace() {
-            let lead = if first { 0 } else { hang.len() };
-            let avail = width.saturating_sub(indent.chars().count() + lead).max(20);
-            if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > avail {
-                let pre = if first { "" } else { hang };
-                let _ = writeln!(out, "{indent}{pre}{line}");
-                line.clear();
-                first = false;
+            let mut word: Vec<char> = word.chars().collect();
+            loop {
+                let room = avail(on_first);
+                let used = line.chars().count();
+                if used > 0 && used + 1 + word.len() > room {
+                    flush(&mut line, &mut on_first);
+                    continue;
+                }
+                if used > 0 {
+                    line.push(' ');
+                }
+                let fits = room.saturating_sub(line.chars().count()).max(1);
+                if word.len() <= fits {
+                    line.extend(word.iter());
+                    break;
+                }
+                line.extend(word.drain(..fits));
+                flush(&mut line, &mut on_first);
             }
-            if !line.is_empty() {
-                line.push(' ');
-            }
-            line.push_str(word);
         }
-        let pre = if first { "" } else { hang };
-        let _ = writeln!(out, "{indent}{pre}{line}");
+        flush(&mut line, &mut on_first);
     }
     out
 }
@@ -146,13 +173,8 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             fmt_bytes(m.json_bytes as f64)
         );
     } else {
-        let _ = writeln!(
-            out,
-            "{} {} ({} of JSON)",
-            t.dim("trace "),
-            r.input,
-            fmt_bytes(m.json_bytes as f64)
-        );
+        let text = format!("{} ({} of JSON)", r.input, fmt_bytes(m.json_bytes as f64));
+        labelled(out, t, "trace", &text);
     }
     if let Some(b) = bundle {
         bundle_lines(out, b, t);
@@ -171,18 +193,14 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             None => "none (CPU-only trace)".into(),
         },
     };
-    let _ = writeln!(out, "{} {}", t.dim("device"), dev);
+    labelled(out, t, "device", &dev);
     if let Some(b) = bundle {
         versions_line(out, b, t);
     }
     if let Some(d) = &m.distributed {
         if let (Some(rank), Some(ws)) = (d.rank, d.world_size) {
-            let _ = writeln!(
-                out,
-                "{} rank {rank} of {ws} ({})",
-                t.dim("dist  "),
-                d.backend.as_deref().unwrap_or("?")
-            );
+            let backend = d.backend.as_deref().unwrap_or("?");
+            labelled(out, t, "dist", &format!("rank {rank} of {ws} ({backend})"));
         }
     }
     if let Some(d) = &r.profile.detail {
@@ -200,22 +218,20 @@ fn header(out: &mut String, r: &Report, t: &Term) {
         labelled(out, t, "detail", &text);
     }
     let s = &r.metrics.summary;
-    let _ = writeln!(
+    labelled(
         out,
-        "{} {} analysed: {}",
-        t.dim("steps "),
-        s.steps,
-        s.step_source
+        t,
+        "steps",
+        &format!("{} analysed: {}", s.steps, s.step_source),
     );
     if let Some(et) = &r.profile.execution_trace {
-        let _ = writeln!(
-            out,
-            "{} {} tensor arguments of {} ops linked from the execution trace ({} nodes)",
-            t.dim("tensor"),
+        let text = format!(
+            "{} tensor arguments of {} ops linked from the execution trace ({} nodes)",
             et.tensor_count(),
             et.linked,
             et.nodes.len()
         );
+        labelled(out, t, "tensor", &text);
     }
     let pass = r.profile.bundle.as_ref().and_then(|b| b.hardware.as_ref());
     match (&r.profile.hardware, pass) {
@@ -299,6 +315,11 @@ fn hardware_coverage(
         );
     }
     text
+}
+
+/// A summary line: `key` in an 18-column field, then `text` wrapped under itself.
+fn keyed(key: &str, text: &str, width: usize) -> String {
+    wrap_hanging(text, width, &format!("{key:<18}"), &" ".repeat(18))
 }
 
 /// A header line: a dim six-column label, then `text` wrapped under itself.
@@ -642,15 +663,15 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
         );
         let n = s.steps.max(1) as f64;
         if s.h2d.count + s.d2h.count > 0 {
-            let _ = writeln!(
-                out,
-                "Transfers:        H2D {:.1}/step ({}/step, {} pageable) · D2H {:.1}/step ({}/step)",
+            let text = format!(
+                "H2D {:.1}/step ({}/step, {} pageable) · D2H {:.1}/step ({}/step)",
                 s.h2d.count as f64 / n,
                 fmt_bytes(s.h2d.bytes as f64 / n),
                 s.h2d.pageable,
                 s.d2h.count as f64 / n,
                 fmt_bytes(s.d2h.bytes as f64 / n)
             );
+            out.push_str(&keyed("Transfers:", &text, t.w));
         }
         let outside = r.metrics.timeline.syncs_outside.len();
         let _ = writeln!(
@@ -709,11 +730,16 @@ fn roofline(out: &mut String, r: &Report, t: &Term) {
         "  └─ Achieved:             {:.2} TFLOP/s = {:.1}% of attainable ({:.2})",
         rf.achieved_tflops, rf.pct_of_attainable, rf.attainable_tflops
     );
-    let _ = writeln!(
-        out,
-        "  └─ Ceilings:             {:.0} TFLOP/s {}, {:.0} GB/s ({})",
+    let text = format!(
+        "{:.0} TFLOP/s {}, {:.0} GB/s ({})",
         rf.peak_tflops, r.metrics.compute.dominant_dtype, rf.bandwidth_gbs, rf.ceilings_source
     );
+    out.push_str(&wrap_hanging(
+        &text,
+        t.w,
+        "  └─ Ceilings:             ",
+        &" ".repeat(26),
+    ));
 }
 
 fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
@@ -751,15 +777,15 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
             head
         };
         out.push_str(&head);
-        let _ = writeln!(
-            out,
-            "   {} {} · {} · saves ~{} per step ({:.1}%)",
+        let line = format!(
+            "{} {} · {} · saves ~{} per step ({:.1}%)",
             f.code,
             f.rule,
             f.category.label(),
             fmt_ms(f.saving_ms),
             f.saving_pct
         );
+        out.push_str(&wrap(&line, t.w, "   "));
         if let Some(m) = f
             .marginal_ms
             .filter(|m| (m - f.saving_ms).abs() > 0.05 * f.saving_ms)
@@ -804,7 +830,8 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
                 out.push_str(&wrap(&format!("• {}", parts.join(" · ")), t.w, "     "));
             }
         }
-        let _ = writeln!(out, "   {}", t.dim(&format!("Estimate: {}", f.estimate)));
+        let estimate = wrap_hanging(&format!("Estimate: {}", f.estimate), t.w, "   ", "     ");
+        out.push_str(&t.dim(&estimate));
     }
 }
 
@@ -880,7 +907,8 @@ fn kernels(out: &mut String, r: &Report, t: &Term) {
         .filter(|b| b.count > 0)
         .map(|b| format!("{} {}", b.label, b.count))
         .collect();
-    let _ = writeln!(out, "\nKernel durations: {}", hist.join(" · "));
+    out.push('\n');
+    out.push_str(&keyed("Kernel durations:", &hist.join(" · "), t.w));
 }
 
 /// A tree's excess traffic worth listing under "By wasted traffic", as a share of its traffic.
@@ -1032,13 +1060,14 @@ fn recommendations(out: &mut String, r: &Report, t: &Term) {
         }
         let _ = writeln!(out, "{label}:");
         for f in list.iter() {
-            let _ = writeln!(
-                out,
-                "\n  For {} ({}, ~{}/step):",
+            let head = format!(
+                "For {} ({}, ~{}/step):",
                 f.title,
                 f.code,
                 fmt_ms(f.saving_ms)
             );
+            out.push('\n');
+            out.push_str(&wrap_hanging(&head, t.w, "  ", "    "));
             for fix in &f.fixes {
                 out.push_str(&wrap(&format!("• {fix}"), t.w, "    "));
             }
