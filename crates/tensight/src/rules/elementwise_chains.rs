@@ -53,11 +53,13 @@ elementwise or reduction by name, each under 100 µs (`MAX_KERNEL_NS`), each lin
 the op that launched it, with no copy or memset between them, no blocking sync and no
 idle gap over 500 µs (`MAX_GAP_NS`) between two of them. Reported when the saving is at
 least 1% of the step (`MIN_SAVING_PCT`). Estimate per chain: the kernels' time less the
-longest kernel (a fused pass moves at least what the largest of them moves), through a
-replay of the trace so only time on the GPU's critical path counts, plus the GPU idle
-between the chain's kernels up to the host time of the ops fusion removes (each op's
-dispatch: the outermost op that launched only that kernel; the same idle L001 counts,
-so fixing one shrinks the other).
+longest kernel (a fused pass moves at least what the largest of them moves): the replay
+of the trace keeps the longest kernel and removes the others with their launch gaps, so
+only time on the GPU's critical path counts. The host dispatch of the ops fusion removes
+(each op's: the outermost op that launched only that kernel) is not cut, so on a
+host-bound step the saving is a lower bound; the GPU idle between the chain's kernels, up
+to that dispatch time (the same idle L001 counts), is given as evidence and in each
+chain's "saves up to".
 
 ## References
 - PyTorch docs: `torch.compile` and the "torch.compile tutorial" (operator fusion).
