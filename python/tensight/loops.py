@@ -10,10 +10,12 @@ with the loops around it, from its first back edge: those in its own function an
 the stack, those the calling frames are inside.
 
 A loop that has made :data:`MIN_BACK_EDGES` back edges is a candidate. When no loop of
-the user's code is around it, or once the loops around it have had
-:data:`PATIENCE` of its back edges or :data:`PATIENCE_S` seconds to repeat too, the
-watch asks its owner which loop is the step (an inner loop, over layers or chunks, is
-the step only when the loop around it does not repeat in that time: an epoch loop).
+the user's code is around it, or once the loops around it have had :data:`PATIENCE_S`
+seconds to repeat too (longer while one of them is repeating), the watch asks its owner
+which loop is the step. Time, not a count of the inner loop's iterations, is the
+patience: a step's loop over parameters, frames, layers or tokens can make hundreds of
+back edges before the step loop makes its first; an inner loop is the step only when
+the loop around it does not repeat within that time (an epoch loop).
 The owner stops the speculative profile, counts the ops recorded inside each loop's
 iterations, and hands the candidates to the engine's ``choose_loop``, the choice the
 engine makes between repeating Python frames on a plain trace: the outermost loop that
@@ -40,8 +42,6 @@ from typing import Any
 
 #: Back edges a loop must make before it is a candidate (2 whole iterations between).
 MIN_BACK_EDGES = 3
-#: Back edges of an inner loop the loops around it have to repeat too.
-PATIENCE = 64
 #: Seconds the loops around a candidate have to repeat too.
 PATIENCE_S = 3.0
 #: Iteration end times kept per loop (the first and the latest).
@@ -427,9 +427,21 @@ class LoopWatch:
         outermost = ready[-1]
         pending = len(loop.around) - loop.around.index(outermost.key) - 1 \
             if outermost is not loop else len(loop.around)
-        waited = loop.count >= PATIENCE or now - loop.candidate_ns >= PATIENCE_S * 1e9
-        if pending == 0 or waited:
+        if pending == 0 or self._waited(loop, chain, now):
             self._decide([lp for lp in chain if lp.count >= 2 and not lp.rejected])
+
+    @staticmethod
+    def _waited(loop: Loop, chain: list[Loop], now: int) -> bool:
+        """Whether the loops around `loop` had their time to repeat: :data:`PATIENCE_S`
+        since it became a candidate, and longer while one of them is repeating (its last
+        back edge is more recent than that): it is the step once it has, a loop over
+        parameters, frames or layers is not. A loop around that does not repeat within
+        :data:`PATIENCE_S` (an epoch) leaves the step to the loop inside it."""
+        patience = PATIENCE_S * 1e9
+        if loop.candidate_ns is None or now - loop.candidate_ns < patience:
+            return False
+        return not any(lp.count and now - lp.ends[-1] < patience for lp in chain[1:]
+                       if not lp.rejected)
 
     def _left(self, loop: Loop) -> None:
         """The program left the chosen loop: watch every loop again."""
