@@ -204,15 +204,17 @@ class Collector:
         with self._lock:
             self._boundary()
 
-    def _on_switch(self, old: Mode) -> bool:
-        """An optimizer stepped after forward or loop steps: start over with optimizer
-        steps, unless a window of the old kind is written already (then keep it)."""
+    def _on_switch(self, old: Mode, new: Mode) -> bool:
+        """An optimizer stepped after forward or loop steps, or a step loop was chosen
+        after forward steps: start over with the new kind of steps, unless a window of
+        the old kind is written already (then keep it)."""
         with self._lock:
             if self.state is State.DONE:
                 return False
             self._drop_window()
             self.count = 0
-            self.first_index = 0
+            if new is not Mode.LOOP:  # a loop's first step was set when it was chosen
+                self.first_index = 0
             self.warmup_done = 0
             self.ms_unprofiled.clear()
             self._gpu_marks.clear()
@@ -243,7 +245,11 @@ class Collector:
         """Which of `chain` (innermost first) is the step loop: the engine's choice over
         the ops the speculative profile recorded inside each loop's iterations."""
         with self._lock:
-            if not self.enabled or self.state is not State.WAITING or self.count:
+            # After forward steps (the speculative profile ended at the first): only
+            # before their window, and with no profile to weigh the loops by.
+            forward = self.mode is Mode.FORWARD
+            if not self.enabled or self.state is not State.WAITING or \
+                    (self.count and not forward):
                 return None
             try:
                 from tensight import _native
@@ -254,11 +260,13 @@ class Collector:
                 return None
             if profiling.gpu_present() and not profiling.cuda_ready():
                 return None  # a loop before the program's first GPU use only sets up
-            restart = self.spec_running
+            restart = self.spec_running and not forward
             if restart and self.spec_tid != threading.get_ident():
                 return None
-            self._stop_spec()
-            times = profiling.op_start_times(self.spec) if self.spec is not None else None
+            if not forward:
+                self._stop_spec()
+            times = profiling.op_start_times(self.spec) \
+                if self.spec is not None and not forward else None
             now = time.time_ns()
             outer_first = list(reversed(chain))
             cands = []
@@ -309,7 +317,7 @@ class Collector:
                 self.ms_unprofiled.append((now - self.t_last) * 1e3)
             if learned:
                 self._gpu_mark()
-            if self.count >= self.warmup:
+            if self.count >= self.warmup and not self.finder.forward_waits():
                 self._start_timed()
         elif self.state is State.WARMUP:
             profiling.drain_gpu()  # timed steps start with no GPU backlog

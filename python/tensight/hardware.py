@@ -50,7 +50,9 @@ class HardwareCollector:
         self.op_repeats: int | None = None
         self.repeats_note: str | None = None
         self._lock = threading.RLock()
-        self.finder = StepFinder(self._on_boundary, self._on_switch, self._choose_loop)
+        # Forward steps give way to a loop only where the first run's steps were a loop's.
+        self.finder = StepFinder(self._on_boundary, self._on_switch, self._choose_loop,
+                                 loops_over_forward=loop is not None)
         self.finder.on_error = self._fail
 
     @property
@@ -135,7 +137,7 @@ class HardwareCollector:
         except Exception as e:  # noqa: BLE001
             self.repeats_note = f"no repeat marker ({type(e).__name__}: {e})"
 
-    def _on_switch(self, old: Mode) -> bool:
+    def _on_switch(self, old: Mode, new: Mode) -> bool:
         with self._lock:
             if self.range == "closed":
                 return False

@@ -221,6 +221,19 @@ class LoopWatch:
         self._tracer: Any = None
         self._active = False
 
+    @property
+    def active(self) -> bool:
+        """Whether loops are watched now."""
+        return self._active
+
+    def may_choose(self, code: CodeType, loop: StaticLoop) -> bool:
+        """Whether the watch may still choose `loop` of `code` as the step loop: it is
+        watched (nothing chosen yet), no comprehension, and not set aside."""
+        if not self._active or self.chosen is not None or loop.comprehension:
+            return False
+        seen = self.loops.get((code, loop.target))
+        return seen is None or not seen.rejected
+
     # ---- what is the user's code -----------------------------------------------------
 
     def is_user(self, code: CodeType) -> bool:

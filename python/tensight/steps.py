@@ -9,7 +9,10 @@ In order of trust, :class:`StepFinder` ends a step at
 - ``Mode.FORWARD``: while no optimizer has stepped, top-level calls (depth 0) of modules
   that own parameters (a loss module or a transform is no step), in the thread of the
   first module call, with the same learning; calls inside ``torch.compile`` are not
-  seen. An optimizer step later switches to ``OPTIMIZER``.
+  seen. An optimizer step later switches to ``OPTIMIZER``; a loop of the user's code
+  chosen as the step loop (below) later switches to ``LOOP``: the model's calls are
+  then parts of a step (micro-batches of a request batch, tokens of a generation), and
+  where one call is one iteration the two agree.
 - ``Mode.LOOP``: neither: the back edges of the loop of the user's code that holds the
   work (:mod:`tensight.loops`). An optimizer step later switches to ``OPTIMIZER``. A
   loop running inside a module's call or an optimizer's step (a recurrence unrolled in
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from enum import Enum
 from types import FrameType
@@ -31,7 +35,11 @@ from typing import Any
 
 import torch
 
-from tensight.loops import Loop, LoopWatch
+from tensight.loops import PATIENCE_S, Loop, LoopWatch, static_loops
+
+#: Seconds forward steps wait, from the first, for a loop of the user's code around the
+#: model's calls to be chosen as the step loop or set aside (then loops are not watched).
+FORWARD_WAIT_S = 2 * PATIENCE_S
 
 
 class Mode(str, Enum):
@@ -76,15 +84,16 @@ class Cycle:
 class StepFinder:
     """Installs the hooks and calls `on_boundary()` at the end of each step.
 
-    `on_switch(old)` is called when an optimizer step overrides forward or loop steps
-    (the owner drops what it recorded with those); `choose_loop(chain)` picks the step
+    `on_switch(old, new)` is called when an optimizer step overrides forward or loop
+    steps, or a step loop forward steps (the owner drops what it recorded with those); `choose_loop(chain)` picks the step
     loop among candidates (innermost first), or None. `auto=False`: no hooks; the owner
     calls its own boundaries in `mode`."""
 
-    def __init__(self, on_boundary: Callable[[], None], on_switch: Callable[[Mode], bool],
+    def __init__(self, on_boundary: Callable[[], None], on_switch: Callable[[Mode, Mode], bool],
                  choose_loop: Callable[[list[Loop]], Loop | None], *, auto: bool = True,
                  mode: Mode | None = None, loops: bool = True,
-                 on_loop_end: Callable[[Loop], None] | None = None) -> None:
+                 on_loop_end: Callable[[Loop], None] | None = None,
+                 loops_over_forward: bool = True) -> None:
         self.mode: Mode | None = None if auto else (mode or Mode.FORWARD)
         self._on_boundary = on_boundary
         self._on_switch = on_switch
@@ -92,11 +101,13 @@ class StepFinder:
         self._on_loop_end = on_loop_end
         self._auto = auto
         self._want_loops = loops
+        self._loops_over_forward = loops_over_forward
         self._handles: list[Any] = []
         self._fwd_handles: list[Any] = []
         self._opt_cycle = Cycle()
         self._fwd_cycle = Cycle()
         self._fwd_tid: int | None = None
+        self._fwd_since = 0.0
         self._depth = 0
         self._owns_params: dict[int, bool] = {}
         self.loop_watch: LoopWatch | None = None
@@ -164,7 +175,7 @@ class StepFinder:
         try:
             if self.mode is not Mode.OPTIMIZER:
                 old = self.mode
-                if old is not None and not self._on_switch(old):
+                if old is not None and not self._on_switch(old, Mode.OPTIMIZER):
                     self.remove()  # the owner keeps what it recorded in the old mode
                     return
                 self.mode = Mode.OPTIMIZER
@@ -204,7 +215,9 @@ class StepFinder:
             if owns and self._fwd_cycle.feed(key):
                 if self.mode is None:
                     self.mode = Mode.FORWARD
-                    self._stop_loops()
+                    self._fwd_since = time.monotonic()
+                    if not self._loops_over_forward:
+                        self._stop_loops()
                 self._on_boundary()
         except SystemExit:
             raise
@@ -212,17 +225,39 @@ class StepFinder:
             self.on_error(e)
         return None
 
+    def forward_waits(self) -> bool:
+        """Whether forward steps wait before their window: called in a model call's
+        hook, a loop of the user's code around the call may still become the step loop
+        (it has not repeated yet, or waits for the loops around it), for at most
+        :data:`FORWARD_WAIT_S` after the first forward step; after that loops are no
+        longer watched and forward steps are the steps."""
+        watch = self.loop_watch
+        if self.mode is not Mode.FORWARD or not self._loops_over_forward or watch is None \
+                or not watch.active or watch.chosen is not None:
+            return False
+        if time.monotonic() - self._fwd_since > FORWARD_WAIT_S:
+            self._stop_loops()
+            return False
+        return _undecided_loop_around_the_call(watch)
+
     # ---- loops -------------------------------------------------------------------------
 
     def _choose(self, chain: list[Loop]) -> Loop | None:
-        if self.mode is not None or not self.enabled:
+        forward = self.mode is Mode.FORWARD and self._loops_over_forward
+        if (self.mode is not None and not forward) or not self.enabled:
             return None
         outside = [lp for lp in chain if not in_a_step_call(lp)]
         if not outside:
             return None
         chosen = self._choose_loop(outside)
-        if chosen is not None:
-            self.mode = Mode.LOOP
+        if chosen is None:
+            return None
+        if forward:
+            if not self._on_switch(Mode.FORWARD, Mode.LOOP):
+                self._stop_loops()  # the forward steps' window is written: keep it
+                return None
+            self._drop_forward_hooks()
+        self.mode = Mode.LOOP
         return chosen
 
     def _loop_left(self, loop: Loop) -> None:
@@ -244,7 +279,27 @@ class StepFinder:
 
 
 _MODULE_CALL = os.path.join("torch", "nn", "modules", "module.py")
-_OPTIM = os.path.join("torch", "optim", "")
+_OPTIM = os.path.join("", "torch", "optim", "")  # /torch/optim/
+
+
+def _is_module_call(f: FrameType) -> bool:
+    return f.f_code.co_filename.endswith(_MODULE_CALL) and \
+        f.f_code.co_name in ("_call_impl", "_wrapped_call_impl")
+
+
+def _undecided_loop_around_the_call(watch: LoopWatch) -> bool:
+    """Whether a loop of the user's code that the running model call is inside (a loop
+    outside every module call on this thread's stack) may still be chosen."""
+    around: list[bool] = []
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        if _is_module_call(f):
+            around.clear()  # the loops so far run inside the model's call
+        elif watch.is_user(f.f_code):
+            around += [watch.may_choose(f.f_code, s) for s in static_loops(f.f_code)
+                       if s.contains(f.f_lasti)]
+        f = f.f_back
+    return any(around)
 
 
 def in_a_step_call(loop: Loop) -> bool:
@@ -255,10 +310,7 @@ def in_a_step_call(loop: Loop) -> bool:
         f = f.f_back
     f = f.f_back if f is not None else None
     while f is not None:
-        name = f.f_code.co_filename
-        if name.endswith(_MODULE_CALL) and f.f_code.co_name in ("_call_impl", "_wrapped_call_impl"):
-            return True
-        if _OPTIM in name:
+        if _is_module_call(f) or _OPTIM in f.f_code.co_filename:
             return True
         f = f.f_back
     return False
