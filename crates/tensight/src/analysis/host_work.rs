@@ -104,7 +104,8 @@ impl Launched {
 }
 
 /// Launch-type runtime calls: kernel, graph, memcpy and memset launches.
-fn is_launch(k: RuntimeKind) -> bool {
+/// Whether a runtime call puts work on the GPU (a kernel, a graph, a copy, a memset).
+pub(crate) fn is_launch(k: RuntimeKind) -> bool {
     matches!(
         k,
         RuntimeKind::Launch | RuntimeKind::GraphLaunch | RuntimeKind::Memcpy | RuntimeKind::Memset

@@ -12,6 +12,7 @@ pub mod flops;
 pub mod forest;
 pub mod gemm;
 pub mod held_back;
+pub mod host_code;
 pub mod host_work;
 pub mod inflation;
 pub mod kernels;

@@ -163,6 +163,10 @@ pub struct Timeline {
     /// idle breakdown is computed from; rules overlap host ranges with them.
     #[serde(skip)]
     pub idle_gaps: Vec<(i64, i64)>,
+    /// The idle gaps the breakdown does not put on a sync (a gap a sync drained is the
+    /// sync's: the host's work in it would hide behind queued GPU work without the sync).
+    #[serde(skip)]
+    pub host_gaps: Vec<(i64, i64)>,
 }
 
 /// Compute the timeline of every step.
@@ -178,6 +182,8 @@ pub fn timeline(p: &Profile) -> Timeline {
     let syncs: Vec<u32> = (0..p.runtime.len() as u32)
         .filter(|&i| p.runtime[i as usize].kind == RuntimeKind::Sync && !made_by_tensight(p, i))
         .collect();
+    // When the GPU is busy, whole trace: a step's first gap may go on from the last one.
+    let all_busy = merge_busy(&p.gpu, i64::MIN, i64::MAX);
     // Steps are independent: measure them in parallel, then concatenate in order.
     use rayon::prelude::*;
     let per_step: Vec<_> = p
@@ -226,14 +232,17 @@ pub fn timeline(p: &Profile) -> Timeline {
             if s.end_ns > cursor {
                 gaps.push((cursor, s.end_ns));
             }
+            let mut host_gaps = Vec::new();
             for &(g0, g1) in &gaps {
                 let mut idle = IdleBreakdown {
                     total_ns: g1 - g0,
                     ..Default::default()
                 };
-                if sync_drained(p, &syncs, g0) {
+                let carried = g0 == s.start_ns && drained_before(p, &syncs, &all_busy, g0);
+                if carried || sync_drained(p, &syncs, g0) {
                     idle.sync_ns = g1 - g0;
                 } else {
+                    host_gaps.push((g0, g1));
                     idle.transfer_ns = overlap(&memcpy_calls, g0, g1);
                     idle.data_loader_ns =
                         overlap(&dl, g0, g1).min(idle.total_ns - idle.transfer_ns);
@@ -270,7 +279,14 @@ pub fn timeline(p: &Profile) -> Timeline {
                     gpu_idle_after_ns: idle_after.max(0),
                 });
             }
-            ((lo, hi), m, gaps, step_syncs, to_edge, (busy, s.end_ns))
+            (
+                (lo, hi),
+                m,
+                (gaps, host_gaps),
+                step_syncs,
+                to_edge,
+                (busy, s.end_ns),
+            )
         })
         .collect();
     // The idle after a sync at a step's edge goes on into the next step: up to the next
@@ -293,7 +309,8 @@ pub fn timeline(p: &Profile) -> Timeline {
             sp.gpu_idle_after_ns = sp.gpu_idle_after_ns.max(idle);
         }
         t.gpu_in_steps.extend(lo as u32..hi as u32);
-        t.idle_gaps.extend(gaps);
+        t.idle_gaps.extend(gaps.0);
+        t.host_gaps.extend(gaps.1);
         t.syncs.extend(step_syncs);
         t.steps.push(m);
     }
@@ -423,6 +440,21 @@ fn sync_drained(p: &Profile, syncs: &[u32], g0: i64) -> bool {
         let r = &p.runtime[r as usize];
         r.end_ns() >= g0 - SKEW_NS && r.dur_ns > 0
     })
+}
+
+/// Whether the GPU idle at a step's start `t` goes on from a gap a sync drained in the
+/// step before: the last sync before `t` ended when the GPU ran dry (or after), and the
+/// GPU stayed idle from then to `t`.
+fn drained_before(p: &Profile, syncs: &[u32], busy: &[(i64, i64)], t: i64) -> bool {
+    let i = syncs.partition_point(|&r| p.runtime[r as usize].end_ns() <= t);
+    let Some(&r) = i.checked_sub(1).and_then(|i| syncs.get(i)) else {
+        return false;
+    };
+    let end = p.runtime[r as usize].end_ns();
+    // The busy interval before `t`: it must have ended by the sync's end (plus skew).
+    let k = busy.partition_point(|b| b.0 < t);
+    let last_end = k.checked_sub(1).map_or(i64::MIN, |k| busy[k].1);
+    last_end <= t && last_end <= end + 20_000 && p.runtime[r as usize].dur_ns > 0
 }
 
 /// Host ranges spent fetching batches (`enumerate(DataLoader)#...__next__`).

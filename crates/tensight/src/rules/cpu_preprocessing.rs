@@ -6,6 +6,7 @@ use super::{
     RuleMeta, Status,
 };
 use crate::analysis::flops::{parse_dims, parse_types, Dtype};
+use crate::analysis::host_code::{self, HostCode};
 use crate::analysis::host_work::{
     idle_overlap, inside_any, is_top_level, main_thread, not_computing, numel, step_of, Launched,
     Steady,
@@ -26,10 +27,17 @@ static META: RuleMeta = RuleMeta {
     // Without GPU activity nothing tells host-only ops from ops that launch GPU work.
     needs_gpu: true,
     doc: r#"## What it detects
-Host-only tensor work inside the steps on the training thread: outermost operators
+Host-only work inside the steps on the training thread: outermost operators
 (`aten::...`) that launched no GPU work at all (no kernel, memcpy or memset, under them
-or their children), and, when stacks were recorded, `torchvision/transforms` and PIL
-frames whose ops launched nothing. These are CPU tensors being computed on: normalising,
+or their children), and, when stacks were recorded, the host code the frames show:
+the outermost functions of the program, of array and image libraries (numpy, PIL,
+OpenCV, SciPy, torchvision transforms, ...) and built-ins the program calls, that
+launched nothing and ran no op (a function running ops is counted through them), and
+the program's own code where the profiler recorded no call at all (a C extension that
+makes no frame, such as numpy's random generators, or plain Python). While another
+thread launches GPU work the training thread may be waiting for it (the backward pass
+on autograd's threads): not counted. Torch's own frames, tensight's and a framework's
+are left to their ops. These are CPU tensors being computed on: normalising,
 resizing, casting, augmenting, building masks. When such ops feed a host → device copy
 (`aten::to`, `_to_copy` or `copy_` with an HtoD memcpy, with no op launching GPU work
 between them and it), the chain also costs the time between its ops and the copy itself.
@@ -69,6 +77,11 @@ x = (x - mean_gpu) / std_gpu
 For image augmentation: torchvision transforms v2 on CUDA tensors, Kornia or DALI.
 
 ## Thresholds
+Only GPU idle the host caused counts: a gap that begins when a sync drained the GPU is
+the sync's (S001, C002), since without the sync the host's work would run while queued
+GPU work does. Functions and stretches without a call shorter than 100 µs are the
+interpreter's glue between launches (L001's), not counted; CPU image library calls count
+however short.
 The saving is the GPU idle time during these ops' host time (each instant once). For a
 chain of them feeding a host → device copy (the counted ops after the last op that
 launched GPU work, or the step's start, and before the copy) it adds the GPU idle time
@@ -105,6 +118,10 @@ const MIN_SHARE_PCT: f64 = 1.0;
 const MAX_SITES: usize = 5;
 /// Time between two ops of a chain counted without further evidence: Python glue (ns).
 const GLUE_NS: i64 = 50_000;
+/// Shortest function that launches no GPU work, or stretch of a function's own code with
+/// no call recorded, counted (CPU image libraries aside): shorter ones are the
+/// interpreter's glue between calls (ns).
+const HOST_CODE_MIN_NS: i64 = 100_000;
 /// Smallest CPU free that shows a gap is spent releasing the chain's intermediates
 /// (glibc's default mmap threshold: larger blocks go back to the OS, at a cost that grows
 /// with their size; smaller ones return to the heap in microseconds).
@@ -160,9 +177,6 @@ const CHEAP: &[&str] = &[
     "aten::result_type",
 ];
 
-/// Python frames of CPU image libraries.
-const TRANSFORM_FRAMES: &[&str] = &["torchvision/transforms/", "PIL/", "albumentations/"];
-
 #[derive(Default)]
 struct Site {
     count: u64,
@@ -170,11 +184,17 @@ struct Site {
     idle_ns: i64,
     op: Option<u32>,
     frame: bool,
+    /// For host code seen through frames: which kind.
+    kind: Option<host_code::Kind>,
 }
+
+/// How a site of the user's code the profiler records no call in is named.
+const UNTRACED: &str = "its own code (no call recorded)";
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
-    let gaps = &ctx.metrics.timeline.idle_gaps;
+    // The GPU idle the host caused: a gap a sync drained is the sync's (S001, C002).
+    let gaps = &ctx.metrics.timeline.host_gaps;
     let Some((pid, tid)) = main_thread(p) else {
         return Vec::new();
     };
@@ -193,13 +213,15 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let mut trips = trips;
     trips.sort();
     let in_trip = |a: i64, b: i64| inside_any(&trips, a, b);
-    let frames = transform_frames(p, pid, tid, launched);
-    let frame_ranges: Vec<(i64, i64)> = frames
+    let host_code: Vec<host_code::Range> = HostCode::new(p, pid, tid, HOST_CODE_MIN_NS)
+        .find(|t| steady.includes(p, t))
+        .into_iter()
+        .filter(|r| !in_trip(r.start_ns, r.end_ns))
+        .collect();
+    let frame_ranges: Vec<(i64, i64)> = host_code
         .iter()
-        .map(|&f| {
-            let fr = &p.python_frames[f as usize];
-            (fr.ts_ns, fr.end_ns())
-        })
+        .filter(|r| r.kind != host_code::Kind::Untraced)
+        .map(|r| (r.start_ns, r.end_ns))
         .collect();
     let in_frame = |a: i64, b: i64| inside_any(&frame_ranges, a, b);
     let mut sites: BTreeMap<(String, String), Site> = BTreeMap::new();
@@ -233,19 +255,19 @@ fn check(ctx: &Context) -> Vec<Finding> {
         s.op = s.op.or(Some(i));
         ranges.push((o.ts_ns, o.end_ns()));
     }
-    for &f in &frames {
-        let fr = &p.python_frames[f as usize];
-        if in_trip(fr.ts_ns, fr.end_ns()) || !steady.includes(p, fr.ts_ns) {
-            continue;
-        }
-        let s = sites
-            .entry((fr.name.to_string(), String::new()))
-            .or_default();
+    for r in &host_code {
+        let name = &p.python_frames[r.frame as usize].name;
+        let label = match r.kind {
+            host_code::Kind::Untraced => format!("{name}, {UNTRACED}"),
+            _ => name.to_string(),
+        };
+        let s = sites.entry((label, String::new())).or_default();
         s.count += 1;
-        s.host_ns += fr.dur_ns;
-        s.idle_ns += idle_overlap(gaps, fr.ts_ns, fr.end_ns());
+        s.host_ns += r.end_ns - r.start_ns;
+        s.idle_ns += idle_overlap(gaps, r.start_ns, r.end_ns);
         s.frame = true;
-        ranges.push((fr.ts_ns, fr.end_ns()));
+        s.kind = Some(r.kind);
+        ranges.push((r.start_ns, r.end_ns));
     }
     if sites.is_empty() {
         return Vec::new();
@@ -285,7 +307,9 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let idle_ns = (ops_idle_ns + gap_idle_ns + copy_ns).min(cap_ns);
     // The fix: none of this host time (the ops, the time between them, the copied bytes
     // that would not move) happens on the training thread; the step is replayed without it.
-    let mut cuts = pieces.clone();
+    // Only where the host held the GPU back: host time in a gap a sync drained would
+    // hide behind queued GPU work once the sync is gone, and is the sync's to save.
+    let mut cuts = intersect(&pieces, gaps);
     cuts.extend(chains.iter().map(|c| {
         let t = p.ops[c.copy as usize].ts_ns;
         (t, t + c.copy_counted_ns)
@@ -401,19 +425,31 @@ fn check(ctx: &Context) -> Vec<Finding> {
     if idle_ns < ops_idle_ns + gap_idle_ns + copy_ns {
         evidence.push(ev("capped at the GPU idle time per step", per_step(cap_ns)));
     }
+    // Host code seen through frames (the program's functions, array and image
+    // libraries), not only tensor ops.
+    let through_frames = sites.values().any(|s| s.kind.is_some());
     let d = Draft {
         change: Some(change),
-        title: "Tensors are preprocessed on the CPU inside the step".into(),
+        title: if through_frames {
+            "Host work that launches no GPU work runs inside the step".into()
+        } else {
+            "Tensors are preprocessed on the CPU inside the step".into()
+        },
         message: format!(
-            "The training thread spends {} per step in {} CPU-only tensor ops that launch no GPU work (largest: `{}`{at}); the GPU idles {} per step meanwhile{chain_text}",
+            "The training thread spends {} per step {} (largest: `{}`{at}); the GPU idles {} per step meanwhile{chain_text}",
             per_step(host_ns),
-            sites.len(),
+            what_runs(&sites),
             top.0 .0,
             per_step(ops_idle_ns),
         ),
         saving_ms,
         estimate: format!(
-            "the step replayed without the host time of these CPU-only ops (each instant once){}: what the step shortens where the host held the GPU back, averaged over steps; the few µs their GPU equivalents would take are not added{}{}",
+            "the step replayed without the host time of these CPU-only ops{} (each instant once){}: what the step shortens where the host held the GPU back, averaged over steps; the few µs their GPU equivalents would take are not added{}{}",
+            if through_frames {
+                ", functions and untraced code (shorter than 100 µs: interpreter glue, not counted)"
+            } else {
+                ""
+            },
             if chains.is_empty() {
                 ""
             } else {
@@ -427,10 +463,17 @@ fn check(ctx: &Context) -> Vec<Finding> {
             },
         ),
         evidence,
-        explanation: format!(
-            "These ops compute on CPU tensors on the training thread, in series with the step: for {} per step no kernel is launched and the GPU idles. On the GPU the same ops take microseconds; in DataLoader workers they run in parallel with training.",
-            fmt_ms(saving_ms)
-        ),
+        explanation: if through_frames {
+            format!(
+                "This host work (tensor ops on CPU tensors, array, image or other Python code) runs on the training thread, in series with the step: for {} per step no kernel is launched and the GPU idles. Done on GPU tensors it takes microseconds; in DataLoader workers it runs in parallel with training.",
+                fmt_ms(saving_ms)
+            )
+        } else {
+            format!(
+                "These ops compute on CPU tensors on the training thread, in series with the step: for {} per step no kernel is launched and the GPU idles. On the GPU the same ops take microseconds; in DataLoader workers they run in parallel with training.",
+                fmt_ms(saving_ms)
+            )
+        },
         fixes: vec![
             "Copy the raw batch to the GPU first (`x.cuda(non_blocking=True)`), then run the same ops on the GPU tensor".into(),
             "Or move the preprocessing into the Dataset so DataLoader workers (`num_workers > 0`) run it in parallel".into(),
@@ -439,6 +482,57 @@ fn check(ctx: &Context) -> Vec<Finding> {
         locations,
     };
     vec![d.finish(&META, ctx)]
+}
+
+/// The sites in words: `in 6 CPU-only tensor ops that launch no GPU work`, or with host
+/// code seen through frames `on host work that launches no GPU work: 2 CPU-only tensor
+/// ops, 3 library or program functions and untraced code in 1 function`.
+fn what_runs(sites: &BTreeMap<(String, String), Site>) -> String {
+    let count = |k: Option<host_code::Kind>| sites.values().filter(|s| s.kind == k).count();
+    let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    let ops = count(None);
+    let frames = count(Some(host_code::Kind::Frame)) + count(Some(host_code::Kind::Transform));
+    let untraced = count(Some(host_code::Kind::Untraced));
+    if frames == 0 && untraced == 0 {
+        return format!(
+            "in {} that launch no GPU work",
+            plural(ops, "CPU-only tensor op")
+        );
+    }
+    let mut parts = Vec::new();
+    if ops > 0 {
+        parts.push(plural(ops, "CPU-only tensor op"));
+    }
+    if frames > 0 {
+        parts.push(plural(frames, "library or program function"));
+    }
+    if untraced > 0 {
+        parts.push(format!("untraced code in {}", plural(untraced, "function")));
+    }
+    let last = parts.pop().unwrap_or_default();
+    let list = if parts.is_empty() {
+        last
+    } else {
+        format!("{} and {last}", parts.join(", "))
+    };
+    format!("on host work that launches no GPU work: {list}")
+}
+
+/// The parts of sorted, disjoint `a` inside sorted, disjoint `b`.
+fn intersect(a: &[(i64, i64)], b: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (lo, hi) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if lo < hi {
+            out.push((lo, hi));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 /// Sorted ranges with overlapping ones joined.
@@ -485,7 +579,8 @@ fn chains(
     (pid, tid): (i64, i64),
 ) -> Vec<Chain> {
     let p = ctx.profile;
-    let gaps = &ctx.metrics.timeline.idle_gaps;
+    // The GPU idle the host caused: a gap a sync drained is the sync's (S001, C002).
+    let gaps = &ctx.metrics.timeline.host_gaps;
     let mut out = Vec::new();
     for (_, copy, c) in crate::analysis::transfers::h2d_copy_ops(p, &ctx.metrics.timeline) {
         if c.pid != pid
@@ -695,46 +790,6 @@ fn in_data_loader(p: &Profile, i: u32) -> bool {
     })
 }
 
-/// Outermost transform-library frames on the thread, inside steps, whose ops launched
-/// no GPU work.
-fn transform_frames(p: &Profile, pid: i64, tid: i64, launched: &Launched) -> Vec<u32> {
-    let is_tf = |n: &str| TRANSFORM_FRAMES.iter().any(|m| n.contains(m));
-    let mut out = Vec::new();
-    for (i, f) in p.python_frames.iter().enumerate() {
-        if f.pid != pid || f.tid != tid || !is_tf(&f.name) || step_of(&p.steps, f.ts_ns).is_none() {
-            continue;
-        }
-        let mut q = f.parent;
-        let mut nested = false;
-        while let Some(j) = q {
-            let Some(pf) = p.python_frames.get(j as usize) else {
-                break;
-            };
-            if is_tf(&pf.name) || pf.name.contains("torch/utils/data/") {
-                nested = true;
-                break;
-            }
-            q = pf.parent;
-        }
-        if nested {
-            continue;
-        }
-        // Ops are sorted by (pid, tid, start): scan only those inside the frame.
-        let from = p
-            .ops
-            .partition_point(|o| (o.pid, o.tid, o.ts_ns) < (pid, tid, f.ts_ns));
-        let gpu = p.ops[from..]
-            .iter()
-            .enumerate()
-            .take_while(|(_, o)| o.pid == pid && o.tid == tid && o.ts_ns < f.end_ns())
-            .any(|(k, _)| !launched.host_only((from + k) as u32));
-        if !gpu {
-            out.push(i as u32);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use crate::testing::finding;
@@ -749,7 +804,7 @@ mod tests {
         for s in 0..3 {
             let t0 = 3_000.0 * s as f64;
             b.step(s + 1, t0, 3_000.0);
-            b.frame("train.py(20): step", t0 + 1.0, 2_990.0);
+            b.frame("train.py(20): step", t0 + 1.0, 1_149.0);
             let div = b.op("aten::div", t0 + 10.0, 300.0);
             let up = b.op("aten::upsample_bilinear2d", t0 + 320.0, 700.0);
             b.op("aten::view", t0 + 1_030.0, 5.0);
@@ -841,7 +896,6 @@ mod tests {
         for s in 0..3 {
             let t0 = 10_000.0 * s as f64;
             b.step(s + 1, t0, 10_000.0);
-            b.frame("train.py(20): step", t0 + 1.0, 9_990.0);
             let args = |types: serde_json::Value| {
                 if c.shapes {
                     json!({"Input Dims": dims, "Input type": types})
@@ -1024,5 +1078,77 @@ mod tests {
         }
         let f = finding(&b.report(), "C004").saving_ms;
         assert!((f - 1.03).abs() < 0.01, "saving {f}");
+    }
+
+    /// Steps of 5 ms: the step's function (0–2.2 ms) runs `augment` (0.1–1.1 ms, numpy
+    /// calls only, no op) and 0.8 ms of its own code with no call recorded (1.2–2.0
+    /// ms), then launches a 2 ms kernel at 2.1 ms; with `sync`, a `.item()` blocks at
+    /// the step's end (4.1–4.2 ms) — the next step's host work then starts from a GPU
+    /// a sync drained.
+    fn host_code_trace(sync: bool) -> TraceBuilder {
+        let mut b = TraceBuilder::new();
+        for s in 0..3 {
+            let t0 = 5_000.0 * s as f64;
+            b.step(s + 1, t0, 5_000.0);
+            b.frame("train.py(20): step", t0 + 1.0, 2_199.0);
+            b.frame("train.py(9): augment", t0 + 100.0, 1_000.0);
+            b.frame("numpy/random/mtrand.py(1): rand", t0 + 150.0, 800.0);
+            b.frame(
+                "<built-in method clip of numpy.ndarray object at 0x1>",
+                t0 + 1_250.0,
+                20.0,
+            );
+            let mm = b.op("aten::mm", t0 + 2_100.0, 50.0);
+            b.kernel(
+                "gemm",
+                mm,
+                t0 + 2_110.0,
+                t0 + 2_120.0,
+                2_000.0,
+                [64, 1, 1],
+                [256, 1, 1],
+            );
+            if sync {
+                b.runtime("cudaStreamSynchronize", t0 + 2_160.0, 1_965.0, None);
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn counts_the_programs_host_code_seen_through_frames() {
+        let r = host_code_trace(false).report();
+        let f = finding(&r, "C004");
+        // augment 1 ms, and the step's own code 1.1–2.1 ms less the 20 µs call: the GPU
+        // idles from the previous step's kernel end (4.12 ms) through both.
+        assert!((f.saving_ms - 2.0).abs() < 0.1, "saving {}", f.saving_ms);
+        assert_eq!(
+            f.title,
+            "Host work that launches no GPU work runs inside the step"
+        );
+        let sites: Vec<&str> = f
+            .locations
+            .iter()
+            .filter_map(|l| l.source.as_deref())
+            .collect();
+        assert!(sites.contains(&"train.py(9): augment"), "{sites:?}");
+        assert!(
+            sites
+                .iter()
+                .any(|s| s.starts_with("train.py(20): step, its own code")),
+            "{sites:?}"
+        );
+    }
+
+    #[test]
+    fn host_code_after_a_sync_is_the_syncs() {
+        // Each step's host work runs after the previous step's sync drained the GPU: the
+        // sync's to save (S001), not this rule's. The first step has no sync before.
+        let r = host_code_trace(true).report();
+        assert!(
+            codes(&r).iter().all(|&c| c != "C004") || finding(&r, "C004").saving_ms < 1.0,
+            "{:?}",
+            codes(&r)
+        );
     }
 }
