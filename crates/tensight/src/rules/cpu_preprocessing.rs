@@ -12,6 +12,7 @@ use crate::analysis::host_work::{
     Steady,
 };
 use crate::analysis::simulate::Change;
+use crate::analysis::timeline::Timeline;
 use crate::model::{CopyDir, CpuOp, OpKind, Profile};
 use std::collections::{BTreeMap, HashSet};
 
@@ -77,9 +78,10 @@ x = (x - mean_gpu) / std_gpu
 For image augmentation: torchvision transforms v2 on CUDA tensors, Kornia or DALI.
 
 ## Thresholds
-Only GPU idle the host caused counts: a gap that begins when a sync drained the GPU is
-the sync's (S001, C002), since without the sync the host's work would run while queued
-GPU work does. Functions and stretches without a call shorter than 100 µs are the
+Only GPU idle this work is to blame for counts: the gaps the host caused, and of a gap
+that began when a sync drained the GPU, per step, only the last part of the work in it
+beyond the step's GPU busy time: without the sync the host would do the rest while the
+step's queued GPU work runs (the sync's to save: S001, C002). Functions and stretches without a call shorter than 100 µs are the
 interpreter's glue between launches (L001's), not counted; CPU image library calls count
 however short.
 The saving is the GPU idle time during these ops' host time (each instant once). For a
@@ -193,8 +195,6 @@ const UNTRACED: &str = "its own code (no call recorded)";
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
-    // The GPU idle the host caused: a gap a sync drained is the sync's (S001, C002).
-    let gaps = &ctx.metrics.timeline.host_gaps;
     let Some((pid, tid)) = main_thread(p) else {
         return Vec::new();
     };
@@ -226,6 +226,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let in_frame = |a: i64, b: i64| inside_any(&frame_ranges, a, b);
     let mut sites: BTreeMap<(String, String), Site> = BTreeMap::new();
     let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let mut site_ranges: Vec<((String, String), i64, i64)> = Vec::new();
     for (i, o) in p.ops.iter().enumerate() {
         let i = i as u32;
         if o.pid != pid
@@ -248,10 +249,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
             .user_frame(i)
             .map(|f| f.name.to_string())
             .unwrap_or_default();
-        let s = sites.entry((o.name.to_string(), source)).or_default();
+        let key = (o.name.to_string(), source);
+        site_ranges.push((key.clone(), o.ts_ns, o.end_ns()));
+        let s = sites.entry(key).or_default();
         s.count += 1;
         s.host_ns += o.dur_ns;
-        s.idle_ns += idle_overlap(gaps, o.ts_ns, o.end_ns());
         s.op = s.op.or(Some(i));
         ranges.push((o.ts_ns, o.end_ns()));
     }
@@ -261,10 +263,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
             host_code::Kind::Untraced => format!("{name}, {UNTRACED}"),
             _ => name.to_string(),
         };
-        let s = sites.entry((label, String::new())).or_default();
+        let key = (label, String::new());
+        site_ranges.push((key.clone(), r.start_ns, r.end_ns));
+        let s = sites.entry(key).or_default();
         s.count += 1;
         s.host_ns += r.end_ns - r.start_ns;
-        s.idle_ns += idle_overlap(gaps, r.start_ns, r.end_ns);
         s.frame = true;
         s.kind = Some(r.kind);
         ranges.push((r.start_ns, r.end_ns));
@@ -274,6 +277,13 @@ fn check(ctx: &Context) -> Vec<Finding> {
     }
     // Each instant once (ops never overlap each other; frames hold no counted op).
     let merged = merge(ranges);
+    let own = own_gaps(&ctx.metrics.timeline, &merged);
+    let gaps = &own;
+    for (key, a, b) in &site_ranges {
+        if let Some(s) = sites.get_mut(key) {
+            s.idle_ns += idle_overlap(gaps, *a, *b);
+        }
+    }
     let n = steady.n;
     let host_ns: i64 = merged.iter().map(|&(a, b)| b - a).sum();
     let ops_idle_ns: i64 = merged.iter().map(|&(a, b)| idle_overlap(gaps, a, b)).sum();
@@ -283,7 +293,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ctx,
         launched,
         &steady,
-        &merged,
+        (&merged, gaps),
         &claimed,
         &trips,
         (pid, tid),
@@ -307,8 +317,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let idle_ns = (ops_idle_ns + gap_idle_ns + copy_ns).min(cap_ns);
     // The fix: none of this host time (the ops, the time between them, the copied bytes
     // that would not move) happens on the training thread; the step is replayed without it.
-    // Only where the host held the GPU back: host time in a gap a sync drained would
-    // hide behind queued GPU work once the sync is gone, and is the sync's to save.
+    // Only where this work held the GPU back (see `own_gaps`).
     let mut cuts = intersect(&pieces, gaps);
     cuts.extend(chains.iter().map(|c| {
         let t = p.ops[c.copy as usize].ts_ns;
@@ -518,6 +527,42 @@ fn what_runs(sites: &BTreeMap<(String, String), Site>) -> String {
     format!("on host work that launches no GPU work: {list}")
 }
 
+/// The GPU idle that host work in `work` (sorted, disjoint) is to blame for: the gaps
+/// the host caused, and of the gaps a sync drained, in each step, the last part of the
+/// work in them beyond the step's GPU busy time. Without the sync the host would do that
+/// work while the step's queued GPU work runs; only what exceeds it would still find the
+/// GPU idle. The rest is the sync's to save (S001, C002).
+fn own_gaps(t: &Timeline, work: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let host: HashSet<(i64, i64)> = t.host_gaps.iter().copied().collect();
+    let drained: Vec<(i64, i64)> = t
+        .idle_gaps
+        .iter()
+        .copied()
+        .filter(|g| !host.contains(g))
+        .collect();
+    let mut out = t.host_gaps.clone();
+    for s in &t.steps {
+        let (lo, hi) = (s.start_ns, s.start_ns + s.dur_ns);
+        let in_step: Vec<(i64, i64)> = drained
+            .iter()
+            .filter(|g| g.0 >= lo && g.0 < hi)
+            .copied()
+            .collect();
+        let busy = intersect(work, &in_step);
+        let total: i64 = busy.iter().map(|(a, b)| b - a).sum();
+        let mut left = (total - s.gpu_busy_ns).max(0);
+        for &(a, b) in busy.iter().rev() {
+            if left <= 0 {
+                break;
+            }
+            let take = (b - a).min(left);
+            out.push((b - take, b));
+            left -= take;
+        }
+    }
+    merge(out)
+}
+
 /// The parts of sorted, disjoint `a` inside sorted, disjoint `b`.
 fn intersect(a: &[(i64, i64)], b: &[(i64, i64)]) -> Vec<(i64, i64)> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());
@@ -566,21 +611,23 @@ struct Chain {
     copy_counted_ns: i64,
 }
 
+/// A time range (start, end), ns.
+type Span = (i64, i64);
+
 /// For every host→device copy on the training thread in the steps averaged over: the
 /// counted CPU-only ranges (`counted`, merged) between the last op before it that
-/// launched GPU work (or the step's start) and the copy, with the time between them.
+/// launched GPU work (or the step's start) and the copy, with the time between them;
+/// `gaps`: the GPU idle the rule counts (`own_gaps`).
 fn chains(
     ctx: &Context,
     launched: &Launched,
     steady: &Steady,
-    counted: &[(i64, i64)],
+    (counted, gaps): (&[Span], &[Span]),
     claimed: &HashSet<u32>,
     trips: &[(i64, i64)],
     (pid, tid): (i64, i64),
 ) -> Vec<Chain> {
     let p = ctx.profile;
-    // The GPU idle the host caused: a gap a sync drained is the sync's (S001, C002).
-    let gaps = &ctx.metrics.timeline.host_gaps;
     let mut out = Vec::new();
     for (_, copy, c) in crate::analysis::transfers::h2d_copy_ops(p, &ctx.metrics.timeline) {
         if c.pid != pid
