@@ -307,10 +307,24 @@ def plot(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out + ["</svg>"]) + "\n"
 
 
+#: Hold-out sets: folder, name, the engine that scored them `before` (commit) and when.
+HOLDOUT_SETS = [
+    ("holdout", "A", "6f8ec09", "the rule changes of 2026-12-01 (session 11)"),
+    ("holdout_b", "B", "b4703ca", "the changes of session 12, B recorded with it"),
+]
+
+
 def holdout_section() -> list[str]:
-    """The hold-out set's accuracy (holdout/results-TAG.json), engine before and after the
+    """Each hold-out set's accuracy (SET/results-TAG.json), engine before and after the
     rule changes, as separate columns: the workloads above are what the rules were tuned on."""
-    res = {t: HERE.parent / "holdout" / f"results-{t}.json" for t in ("before", "after")}
+    lines: list[str] = []
+    for folder, name, commit, when in HOLDOUT_SETS:
+        lines += _holdout_set(HERE.parent / folder, name, commit, when)
+    return lines
+
+
+def _holdout_set(folder: Path, name: str, commit: str, when: str) -> list[str]:
+    res = {t: folder / f"results-{t}.json" for t in ("before", "after")}
     if not all(p.is_file() for p in res.values()):
         return []
     doc = {t: json.loads(p.read_text()) for t, p in res.items()}
@@ -323,14 +337,16 @@ def holdout_section() -> list[str]:
                 f"estimate within ±35% {s['estimate_ok_run1']}/{s['planted']}; controls clean "
                 f"{s['controls_clean']}/{s['programs'] - s['planted']}")
 
+    set_flag = "" if folder.name == "holdout" else f" --set {folder.name}"
     lines = [
-        "", "## Hold-out set (not tuned on)", "",
-        f"`holdout/`: {doc['after']['summary']['programs']} programs written without reading the rules, "
-        f"their expected codes fixed before recording (`holdout/EXPECTED.json`). Recorded once on "
-        f"{ctx.get('gpu', '?')} (torch {ctx.get('torch', '?')}, {ctx.get('date', '?')}) by "
-        f"`bash scripts/h200/holdout.sh`; scored by `python3 holdout/harness.py --from DIR --tag TAG` "
-        f"with the engine before the rule changes of 2026-12-01 (`before`, commit 6f8ec09) and the "
-        f"current one (`after`). Measured ms: the program's own unfixed minus fixed time per iteration "
+        "", f"## Hold-out set {name} (not tuned on)", "",
+        f"`{folder.name}/`: {doc['after']['summary']['programs']} programs written without reading "
+        f"the rules, their expected codes fixed before recording (`{folder.name}/EXPECTED.json`). "
+        f"Recorded once on {ctx.get('gpu', '?')} (torch {ctx.get('torch', '?')}, "
+        f"{ctx.get('date', '?')}) by `{'SET=' + folder.name + ' ' if set_flag else ''}bash "
+        f"scripts/h200/holdout.sh`; scored by `python3 holdout/harness.py{set_flag} --from DIR "
+        f"--tag TAG` with the engine before {when} (`before`, commit {commit}) and the current "
+        f"one (`after`). Measured ms: the program's own unfixed minus fixed time per iteration "
         f"(for two-problem programs, minus each fix alone).", "",
         f"- before: {summary('before')}.",
         f"- after: {summary('after')}.", "",

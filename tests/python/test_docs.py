@@ -51,6 +51,18 @@ def test_holdout_figures_match_the_recorded_results() -> None:
         b["estimate_ok_run1"]]
 
 
+def test_holdout_b_figures_match_the_recorded_results() -> None:
+    s = {t: json.loads((ROOT / f"holdout_b/results-{t}.json").read_text())["summary"]
+         for t in ("before", "after")}
+    said = re.search(r"changes without tuning on it\): (\d+)/(\d+) primaries and (\d+)/\d+ "
+                     r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+\)", README)
+    assert said, "the README states hold-out set B's accuracy"
+    a, b = s["after"], s["before"]
+    assert [int(g) for g in said.groups()] == [
+        a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
+        b["estimate_ok_run1"]]
+
+
 def test_accuracy_figures_match_the_recorded_results() -> None:
     s = json.loads((ROOT / "workloads/results.json").read_text())["summary"]
     said = re.search(r"the planted one on (\d+)/(\d+), the estimated\s+saving within ±35% of "
