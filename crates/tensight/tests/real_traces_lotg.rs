@@ -61,7 +61,7 @@ fn every_trace_analyses_with_sane_estimates() {
             );
             assert!(
                 f.estimate.contains("estimate")
-                    || f.estimate.contains("replayed")
+                    || f.estimate.contains("replay")
                     || f.estimate.contains("informational"),
                 "{what}: {}",
                 f.estimate

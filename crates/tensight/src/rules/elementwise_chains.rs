@@ -155,7 +155,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "estimate: per chain, its kernel time less its longest kernel (one fused pass moves at least what the largest kernel moves; {} of GPU time per step), the removed kernels' launch gaps with them, replayed through the trace so only time on the GPU's critical path counts. The host dispatch a fused kernel no longer needs is not counted (GPU idle between the chained kernels: {} per step), so on a host-bound step this is a lower bound",
+            "per chain, its kernel time less its longest kernel (one fused pass moves at least what the largest kernel moves; {} of GPU time per step), the removed kernels' launch gaps with them, replayed through the trace so only time on the GPU's critical path counts. The host dispatch a fused kernel no longer needs is not counted (GPU idle between the chained kernels: {} per step), so on a host-bound step this is a lower bound",
             fmt_ms(gpu_saved_ns as f64 / 1e6 / n),
             fmt_ms(idle_ns as f64 / 1e6 / n)
         ),

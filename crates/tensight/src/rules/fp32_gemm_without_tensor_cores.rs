@@ -220,7 +220,7 @@ fn finding(
         ),
         saving_ms,
         estimate: format!(
-            "estimate: per kernel, its time less its TF32 time = max(FLOPs / {:.0} TFLOP/s, modelled bytes / {:.0} GB/s, 2 µs, time × (1 − s × (1 − {:.1}/{:.1}))) with s = achieved FP32 rate / ({:.0}% of {:.1} TFLOP/s), at most 1 (1 without shapes): {} of GPU time per step; the step saving replays the trace with those times, so GPU time off the critical path (host-bound stretches) does not count",
+            "per kernel, its time less its TF32 time = max(FLOPs / {:.0} TFLOP/s, modelled bytes / {:.0} GB/s, 2 µs, time × (1 − s × (1 − {:.1}/{:.1}))) with s = achieved FP32 rate / ({:.0}% of {:.1} TFLOP/s), at most 1 (1 without shapes): {} of GPU time per step; the step saving replays the trace with those times, so GPU time off the critical path (host-bound stretches) does not count",
             c.tf32_tflops,
             c.mem_bw_gbs,
             c.fp32_tflops,

@@ -184,7 +184,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "estimate, assuming TF32 already on where the GPU has it (T001 counts the FP32 → TF32 step, {} of GPU time per step here, so the two never count the same time): per kernel, {base} time less its {dtype} time = max(FLOPs / {lp_tflops:.0} TFLOP/s, half the modelled bytes / {:.0} GB/s, 2 µs, {base} time × (1 − s × (1 − {:.0}/{lp_tflops:.0}))) with s its compute-bound share (1 without shapes: an upper bound): {} of GPU time per step; the step saving is the replayed step time with {base} times less that with {dtype} times. Cast kernels and autocast's host overhead are not counted: in a host-bound run the step may not get faster",
+            "assuming TF32 already on where the GPU has it (T001 counts the FP32 → TF32 step, {} of GPU time per step here, so the two never count the same time): per kernel, {base} time less its {dtype} time = max(FLOPs / {lp_tflops:.0} TFLOP/s, half the modelled bytes / {:.0} GB/s, 2 µs, {base} time × (1 − s × (1 − {:.0}/{lp_tflops:.0}))) with s its compute-bound share (1 without shapes: an upper bound): {} of GPU time per step; the step saving is the replayed step time with {base} times less that with {dtype} times. Cast kernels and autocast's host overhead are not counted: in a host-bound run the step may not get faster",
             fmt_ms(t1_ns as f64 / 1e6 / n),
             c.mem_bw_gbs,
             c.tf32_tflops,

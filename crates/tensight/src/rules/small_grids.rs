@@ -151,7 +151,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "estimate: each such kernel's time × (1 − blocks/SMs), at most {:.0}% of it (assumes its work could spread over all {sms} SMs at no extra cost: more batch, split-K, another algorithm), {} of GPU time per step; the step saving replays the trace with those kernels shortened, so only time on the GPU's critical path counts",
+            "each such kernel's time × (1 − blocks/SMs), at most {:.0}% of it (assumes its work could spread over all {sms} SMs at no extra cost: more batch, split-K, another algorithm), {} of GPU time per step; the step saving replays the trace with those kernels shortened, so only time on the GPU's critical path counts",
             MAX_SAVED_SHARE * 100.0,
             fmt_ms(gpu_saved_ns as f64 / 1e6 / n)
         ),
