@@ -15,6 +15,7 @@ pub mod report;
 pub mod rules;
 #[doc(hidden)]
 pub mod testing;
+pub mod text;
 
 pub use error::{Error, Result};
 

@@ -483,29 +483,7 @@ fn short_text(s: &str, max: usize) -> String {
     }
 }
 
-/// Longest name [`shown`] prints, in characters.
-const SHOWN_MAX: usize = 160;
-
-/// `s` (a name from a trace or a manifest) safe to print on a terminal: control
-/// characters (ESC, BEL, CR, LF, ...) and bidirectional overrides written as `\u{..}`
-/// escapes, so input cannot move the cursor, retitle the window or forge lines; cut
-/// with an ellipsis past 160 characters.
-pub fn shown(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(SHOWN_MAX + 8));
-    for (i, c) in s.chars().enumerate() {
-        if i == SHOWN_MAX {
-            out.push('…');
-            break;
-        }
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use crate::text::shown;
 
 /// An argument as a POSIX shell would need it written.
 pub fn shell_word(a: &str) -> String {
@@ -1116,24 +1094,5 @@ fn import(out: &mut String, r: &Report, t: &Term) {
             t.w,
             "",
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown;
-
-    #[test]
-    fn shown_escapes_what_would_drive_the_terminal_and_cuts_long_names() {
-        assert_eq!(shown("aten::mm"), "aten::mm");
-        assert_eq!(
-            shown("a\u{1b}[2Jb\rc\nd\u{7}"),
-            "a\\u{1b}[2Jb\\u{d}c\\u{a}d\\u{7}"
-        );
-        assert_eq!(shown("x\u{202e}gpj.exe"), "x\\u{202e}gpj.exe");
-        let long = "é".repeat(1000);
-        let s = shown(&long);
-        assert_eq!(s.chars().count(), 161);
-        assert!(s.ends_with('…'));
     }
 }

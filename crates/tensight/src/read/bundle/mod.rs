@@ -209,7 +209,7 @@ pub fn in_bundle(dir: &Path, name: &str) -> Result<PathBuf> {
         Error::new(format!(
             "bundle {}: its manifest names a file outside the bundle ({}); tensight reads only files inside it",
             dir.display(),
-            crate::report::terminal::shown(name)
+            crate::text::shown(name)
         ))
         .with_hint("a bundle's `files` are names relative to its folder, as `tensight run` writes them")
     };
@@ -238,7 +238,7 @@ pub fn trace_file(dir: &Path, info: &BundleInfo) -> Result<PathBuf> {
                 let mut e = Error::new(format!(
                     "failed to read bundle {}: its trace {} is missing",
                     dir.display(),
-                    crate::report::terminal::shown(name)
+                    crate::text::shown(name)
                 ));
                 e.hint = Some(match &info.program.error {
                     Some(err) => format!("the program {} ({err}); the profiler may not have written the trace", status_words(info)),
