@@ -180,6 +180,22 @@ pub fn terminal_safe(text: &str, keep_sgr: bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A byte count for a message: `8.0 GiB`, `512 B` (binary units).
+pub fn fmt_size(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
 /// Length of a Select Graphic Rendition sequence at the start of `s`, if one is there.
 fn sgr_len(s: &str) -> Option<usize> {
     let b = s.as_bytes();
