@@ -728,7 +728,9 @@ impl SharedNames {
         let n: Name = Arc::from(&*c);
         if c == s {
             set.clean.insert(n.clone());
-        } else {
+        } else if !what.cut {
+            // Keyed by what the trace wrote; a string over the cap is not kept as a key
+            // (that would copy all of it): it is cleaned again when seen again.
             set.changed.insert(Box::from(s), (n.clone(), what));
         }
         (n, what)
