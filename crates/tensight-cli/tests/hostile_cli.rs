@@ -13,8 +13,12 @@ fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
+/// The binary under test; `TENSIGHT_TEST_BIN` runs these tests against another build
+/// (that is how each was checked to fail on the code before its fix).
 fn tensight(cwd: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tensight"));
+    let bin = std::env::var_os("TENSIGHT_TEST_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_tensight").into());
+    let mut c = Command::new(bin);
     c.current_dir(cwd)
         .env_remove("TENSIGHT_MAX_INFLATED")
         .env_remove("TENSIGHT_MAX_RATIO")
@@ -160,6 +164,31 @@ fn a_10_mb_frame_name_is_cut_to_the_width() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     let counters = v["import"]["counters"].as_array().expect("counters");
     assert!(counters.iter().any(|c| c["name"] == "long_string"));
+
+    // Where a frame name reaches the text: the frame steps were found from.
+    let bundle = tmp.path().join("bundle");
+    std::fs::create_dir(&bundle).expect("mkdir");
+    std::fs::copy(
+        fixture("bundles/h200-probe/manifest.json"),
+        bundle.join("manifest.json"),
+    )
+    .expect("copy");
+    let t = gunzip(&fixture("bundles/h200-probe/trace.json.gz"))
+        .replace("probe.py(10): step", &format!("probe.py(10): step{name}"));
+    std::fs::write(bundle.join("trace.json.gz"), gz(t.as_bytes())).expect("write");
+    let o = run(tensight(tmp.path())
+        .args(["analyze", "--width", "80"])
+        .arg(&bundle));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Python frame `probe.py(10):") && out.contains("stepxxxx"),
+        "{}",
+        &out[..out.len().min(4000)]
+    );
+    let widest = out.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(widest <= 80, "a line of {widest} characters");
+    assert!(out.len() < 256 << 10, "{} bytes of report", out.len());
 }
 
 #[test]

@@ -9,6 +9,8 @@
 pub mod analysis;
 pub mod diagnosis;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod read;
 pub mod report;
