@@ -5,6 +5,7 @@
 //! (`tensight analyze x | head`) exits 0.
 
 mod demo;
+mod output;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -60,6 +61,14 @@ enum Command {
         /// Exit with code 1 when a finding is at least this severe.
         #[arg(long, value_name = "SEVERITY", value_parser = ["info", "low", "moderate", "severe", "critical"])]
         fail_on: Option<String>,
+        /// Most bytes one gzip input may inflate to (K/M/G/T suffixes; default 8G, or
+        /// TENSIGHT_MAX_INFLATED). Plain files are memory-mapped and have no such limit.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_inflated: Option<u64>,
+        /// Most inflated bytes per compressed byte before a gzip input is taken for a
+        /// decompression bomb (default 100, or TENSIGHT_MAX_RATIO; real traces: 5-20).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        max_ratio: Option<u64>,
     },
     /// Run a Python program under the profiler and diagnose it.
     #[command(
@@ -103,6 +112,15 @@ struct OutputArgs {
     /// Wrap the text report at this many columns.
     #[arg(long, default_value_t = 80)]
     width: usize,
+    /// With -o, replace an existing file that is not a tensight report (an earlier
+    /// report is replaced without asking; an input never is).
+    #[arg(long, requires = "output")]
+    force: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    tensight::read::limits::parse_size(s)
+        .ok_or_else(|| format!("`{s}` is not a size (e.g. 8G, 512M, 1048576)"))
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -147,9 +165,9 @@ pub fn run(args: Vec<OsString>) -> i32 {
         Ok(code) => code,
         Err(e) => {
             let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "error: {}", e.message);
+            let _ = writeln!(err, "error: {}", safe(&e.message));
             if let Some(h) = &e.hint {
-                let _ = writeln!(err, "hint: {h}");
+                let _ = writeln!(err, "hint: {}", safe(h));
             }
             2
         }
@@ -167,17 +185,16 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
             forest,
             out,
             fail_on,
+            max_inflated,
+            max_ratio,
         } => {
+            tensight::read::limits::Limits::set(max_inflated, max_ratio);
+            let extra: Vec<&std::path::Path> =
+                et.iter().chain(ncu.iter()).map(|p| p.as_path()).collect();
+            let inputs = output::inputs(&path, &extra);
             if let Some(o) = &out.output {
-                // A folder is analysed through the trace found in it: guard that file too.
-                let trace = tensight::read::resolve(&path).unwrap_or_else(|_| path.clone());
-                if same_file(o, &path) || same_file(o, &trace) {
-                    return Err(tensight::Error::new(format!(
-                        "refusing to write the report over the trace {}",
-                        trace.display()
-                    ))
-                    .with_hint("choose another file for -o"));
-                }
+                // Refuse before the (possibly long) read, and again when writing.
+                output::check(o, &inputs, out.force)?;
             }
             let progress = std::io::stderr().is_terminal();
             if progress {
@@ -185,7 +202,7 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                 let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
                 eprint!(
                     "tensight: reading {} ({})…",
-                    path.display(),
+                    tensight::text::shown(&path.display().to_string()),
                     rules::fmt_bytes(size as f64)
                 );
             }
@@ -195,13 +212,13 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
             }
             let report = report?;
             for w in &report.warnings {
-                eprintln!("warning: {w}");
+                eprintln!("warning: {}", safe(w));
             }
             if let Some(ff) = forest {
-                emit_forest(&report, ff, &out)?;
+                emit_forest(&report, ff, &out, &inputs)?;
                 return Ok(0);
             }
-            emit(&report, &out)?;
+            emit(&report, &out, &inputs)?;
             let threshold = fail_on.as_deref().and_then(Severity::parse);
             Ok(match threshold {
                 Some(t) if report.diagnosis.findings.iter().any(|f| f.severity >= t) => 1,
@@ -215,7 +232,7 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                 .and_then(demo::find)
                 .unwrap_or(&demo::DEMOS[0]);
             let report = demo.report()?;
-            emit(&report, &out)?;
+            emit(&report, &out, &[])?;
             if name.is_none() && out.format == Format::Text && out.output.is_none() {
                 write_stdout(&demo::others(demo.name))?;
             }
@@ -229,11 +246,10 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
     }
 }
 
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => false,
-    }
+/// A message for stderr: one sanitizer ([`tensight::text::terminal_safe`]) over it, so a
+/// name quoted from an input cannot drive the terminal.
+fn safe(msg: &str) -> std::borrow::Cow<'_, str> {
+    tensight::text::terminal_safe(msg, false)
 }
 
 fn use_color(choice: ColorChoice) -> bool {
@@ -248,11 +264,16 @@ fn use_color(choice: ColorChoice) -> bool {
     }
 }
 
-fn emit_forest(report: &Report, ff: ForestFormat, out: &OutputArgs) -> tensight::Result<()> {
+fn emit_forest(
+    report: &Report,
+    ff: ForestFormat,
+    out: &OutputArgs,
+    inputs: &[PathBuf],
+) -> tensight::Result<()> {
     let Some(f) = &report.metrics.tensors else {
         return Err(tensight::Error::new(format!(
             "{} has no execution trace: no tensor forest to print",
-            report.input
+            tensight::text::shown(&report.input)
         ))
         .with_hint("analyze a bundle written by `tensight run`, or pass --et et.json.gz"));
     };
@@ -265,10 +286,10 @@ fn emit_forest(report: &Report, ff: ForestFormat, out: &OutputArgs) -> tensight:
         }
         ForestFormat::Tree => report::forest::text(f, &report.input, out.width),
     };
-    write_out(&text, out)
+    write_out(&text, out, inputs)
 }
 
-fn emit(report: &Report, out: &OutputArgs) -> tensight::Result<()> {
+fn emit(report: &Report, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Result<()> {
     let text = match out.format {
         Format::Json => report::json::render(report),
         Format::Text => {
@@ -282,19 +303,17 @@ fn emit(report: &Report, out: &OutputArgs) -> tensight::Result<()> {
             )
         }
     };
-    write_out(&text, out)
+    write_out(&text, out, inputs)
 }
 
-fn write_out(text: &str, out: &OutputArgs) -> tensight::Result<()> {
+fn write_out(text: &str, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Result<()> {
     match &out.output {
         Some(path) => {
-            std::fs::write(path, text).map_err(|e| {
-                tensight::Error::new(format!(
-                    "failed to write the report to {}: {e}",
-                    path.display()
-                ))
-            })?;
-            eprintln!("tensight: report written to {}", path.display());
+            output::write(path, text, inputs, out.force)?;
+            eprintln!(
+                "tensight: report written to {}",
+                tensight::text::shown(&path.display().to_string())
+            );
             Ok(())
         }
         None => write_stdout(text),

@@ -462,5 +462,5 @@ fn analyze_reads_bundles_and_explicit_execution_traces() {
         .arg("-o")
         .arg(fixture("bundles/h200-probe/trace.json.gz")));
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("refusing to write the report over the trace"));
+    assert!(stderr(&o).contains("refusing to write the report over the input"));
 }

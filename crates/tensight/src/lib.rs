@@ -9,12 +9,15 @@
 pub mod analysis;
 pub mod diagnosis;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod read;
 pub mod report;
 pub mod rules;
 #[doc(hidden)]
 pub mod testing;
+pub mod text;
 
 pub use error::{Error, Result};
 

@@ -71,12 +71,8 @@ pub fn attach(loaded: &mut Loaded, path: &Path) -> Result<()> {
 
 /// [`attach`] for an execution trace held in memory (plain or gzip JSON).
 pub fn attach_bytes(loaded: &mut Loaded, shown: &str, bytes: &[u8]) -> Result<()> {
-    match super::gunzipped(bytes) {
-        Some(out) => {
-            let out = out
-                .map_err(|e| Error::new(format!("failed to read execution trace {shown}: {e}")))?;
-            link_into(loaded, shown, &out)
-        }
+    match super::gunzipped(&format!("execution trace {shown}"), bytes) {
+        Some(out) => link_into(loaded, shown, &out?),
         None => link_into(loaded, shown, bytes),
     }
 }
@@ -321,7 +317,7 @@ impl Names {
         if let Some(n) = self.0.get(s) {
             return n.clone();
         }
-        let n: Name = Name::from(s);
+        let n: Name = Name::from(&*crate::text::clean(s).0);
         self.0.insert(s.to_string(), n.clone());
         n
     }
@@ -393,7 +389,7 @@ fn convert(raw: RawNode, names: &mut Names, tally: &mut Tally) -> Option<EtNode>
         seq_id: seq_id.filter(|&s| s >= 0),
         tid,
         op: None,
-        op_schema: op_schema.map(|s| s.into_owned().into_boxed_str()),
+        op_schema: op_schema.map(|s| crate::text::cleaned(&s).into_boxed_str()),
         alias,
         inputs,
         outputs,

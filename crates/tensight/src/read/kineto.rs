@@ -23,6 +23,7 @@ use crate::model::{
     GpuActivity, GpuAnnotation, GpuKind, GpuSync, ImportCounters, LaunchInfo, MemoryEvent, Name,
     OpKind, Process, Profile, PyFrame, RuntimeCall, RuntimeKind, Thread,
 };
+use crate::text;
 use rayon::prelude::*;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -236,7 +237,7 @@ fn read_top_level(top: &[(String, &[u8])], p: &mut Profile) {
         let as_bool = |v: &Value| v.as_bool().or_else(|| v.as_i64().map(|i| i != 0));
         match key.as_str() {
             "schemaVersion" => p.meta.schema_version = v.as_i64(),
-            "traceName" => p.meta.trace_name = v.as_str().map(str::to_string),
+            "traceName" => p.meta.trace_name = v.as_str().map(text::cleaned),
             "cuda_runtime_version" => p.meta.cuda_runtime_version = v.as_i64(),
             "cuda_driver_version" => p.meta.cuda_driver_version = v.as_i64(),
             "hip_runtime_version" => {
@@ -256,13 +257,13 @@ fn read_top_level(top: &[(String, &[u8])], p: &mut Profile) {
             }
             "distributedInfo" => {
                 p.meta.distributed = Some(DistributedInfo {
-                    backend: v.get("backend").and_then(Value::as_str).map(str::to_string),
+                    backend: v.get("backend").and_then(Value::as_str).map(text::cleaned),
                     rank: v.get("rank").and_then(Value::as_i64),
                     world_size: v.get("world_size").and_then(Value::as_i64),
                     nccl_version: v
                         .get("nccl_version")
                         .and_then(Value::as_str)
-                        .map(str::to_string),
+                        .map(text::cleaned),
                 })
             }
             _ => {}
@@ -275,11 +276,7 @@ fn device_props(v: &serde_json::Value) -> Option<DeviceProps> {
     let i = |k: &str| v.get(k).and_then(|x| x.as_i64());
     Some(DeviceProps {
         id: i("id")?,
-        name: v
-            .get("name")
-            .and_then(|x| x.as_str())
-            .unwrap_or("")
-            .to_string(),
+        name: text::cleaned(v.get("name").and_then(|x| x.as_str()).unwrap_or("")),
         total_global_mem_bytes: u("totalGlobalMem").unwrap_or(0),
         compute_major: i("computeMajor").unwrap_or(0),
         compute_minor: i("computeMinor").unwrap_or(0),
@@ -705,26 +702,71 @@ fn raw_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de str>, D::Erro
     Ok(Option::<&'de RawValue>::deserialize(d)?.map(RawValue::get))
 }
 
-/// Names shared by all blocks of one read: each distinct name is allocated once.
+/// Names shared by all blocks of one read: each distinct name is allocated once, as
+/// [`text::clean`] leaves it (control characters escaped, cut at the string cap).
 #[derive(Default)]
-struct SharedNames(Mutex<HashSet<Name, FxBuild>>);
+struct SharedNames(Mutex<NameSet>);
+
+#[derive(Default)]
+struct NameSet {
+    /// Names kept as written.
+    clean: HashSet<Name, FxBuild>,
+    /// Names [`text::clean`] changed, by what the trace wrote, with what it changed.
+    changed: HashMap<Box<str>, (Name, text::Cleaned), FxBuild>,
+}
 
 impl SharedNames {
-    fn get(&self, s: &str) -> Name {
+    fn get(&self, s: &str) -> (Name, text::Cleaned) {
         let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = set.get(s) {
+        if let Some(n) = set.clean.get(s) {
+            return (n.clone(), text::Cleaned::default());
+        }
+        if let Some(n) = set.changed.get(s) {
             return n.clone();
         }
-        let n: Name = Arc::from(s);
-        set.insert(n.clone());
-        n
+        let (c, what) = text::clean(s);
+        let n: Name = Arc::from(&*c);
+        if c == s {
+            set.clean.insert(n.clone());
+        } else if !what.cut {
+            // Keyed by what the trace wrote; a string over the cap is not kept as a key
+            // (that would copy all of it): it is cleaned again when seen again.
+            set.changed.insert(Box::from(s), (n.clone(), what));
+        }
+        (n, what)
     }
+}
+
+/// Count what [`text::clean`] changed in one string (per event, so the counts do not
+/// depend on how the events were cut into blocks).
+fn count_cleaned(what: text::Cleaned, counters: &mut ImportCounters) {
+    if what.escaped {
+        counters.add(ESCAPED.0, CounterSeverity::Info, ESCAPED.1, 1);
+    }
+    if what.cut {
+        counters.add(LONG.0, CounterSeverity::DataLoss, LONG.1, 1);
+    }
+}
+
+/// Counter for strings holding control or bidirectional characters.
+pub(crate) const ESCAPED: (&str, &str) = (
+    "escaped_string",
+    "names holding control characters or bidirectional overrides; kept with those written as \\u{..}",
+);
+/// Counter for strings over the length cap.
+pub(crate) const LONG: (&str, &str) = ("long_string", "strings longer than 64 KiB; cut (with …)");
+
+/// A string from the trace as the model keeps it ([`text::clean`]), counted when changed.
+fn kept(s: &str, counters: &mut ImportCounters) -> String {
+    let (c, what) = text::clean(s);
+    count_cleaned(what, counters);
+    c.into_owned()
 }
 
 /// A block's name cache, keyed by the bytes in the trace (no allocation per event);
 /// misses go to the shared set.
 struct Interner<'a, 's> {
-    local: HashMap<&'a str, Name, FxBuild>,
+    local: HashMap<&'a str, (Name, text::Cleaned), FxBuild>,
     shared: &'s SharedNames,
 }
 
@@ -736,19 +778,24 @@ impl<'a, 's> Interner<'a, 's> {
         }
     }
 
-    fn get(&mut self, s: &Option<Cow<'a, str>>) -> Name {
-        match s {
-            Some(Cow::Borrowed(b)) => {
-                if let Some(n) = self.local.get(b) {
-                    return n.clone();
+    /// The interned name; what cleaning changed is counted in `counters`.
+    fn get(&mut self, s: &Option<Cow<'a, str>>, counters: &mut ImportCounters) -> Name {
+        let (n, what) = match s {
+            Some(Cow::Borrowed(b)) => match self.local.get(b) {
+                Some(hit) => hit.clone(),
+                None => {
+                    let hit = self.shared.get(b);
+                    self.local.insert(b, hit.clone());
+                    hit
                 }
-                let n = self.shared.get(b);
-                self.local.insert(b, n.clone());
-                n
-            }
+            },
             Some(Cow::Owned(o)) => self.shared.get(o),
-            None => self.get(&Some(Cow::Borrowed(""))),
+            None => return self.get(&Some(Cow::Borrowed("")), counters),
+        };
+        if what != text::Cleaned::default() {
+            count_cleaned(what, counters);
         }
+        n
     }
 }
 
@@ -795,8 +842,29 @@ impl Hasher for FxHasher {
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
-fn raw_box(r: Option<&str>) -> Option<Box<str>> {
-    r.map(Box::from)
+/// A raw JSON value (`Input Dims` and the like) as kept: cut at the string cap (a cut
+/// value no longer parses, which its readers tolerate). Raw JSON holds no control
+/// characters but the whitespace between tokens (inside strings they are escaped), so
+/// nothing else is rewritten here.
+fn raw_box(r: Option<&str>, counters: &mut ImportCounters) -> Option<Box<str>> {
+    r.map(|r| {
+        if r.len() <= text::MAX_STRING_BYTES {
+            Box::from(r)
+        } else {
+            count_cleaned(
+                text::Cleaned {
+                    escaped: false,
+                    cut: true,
+                },
+                counters,
+            );
+            let mut end = text::MAX_STRING_BYTES;
+            while !r.is_char_boundary(end) {
+                end -= 1;
+            }
+            Box::from(&r[..end])
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------
@@ -1043,7 +1111,7 @@ fn add_metadata(ev: RawEvent, c: &mut Chunk) {
         .args
         .as_ref()
         .and_then(|a| a.name.as_deref())
-        .map(str::to_string);
+        .map(|s| kept(s, &mut c.counters));
     match ev.name.as_deref() {
         Some("process_name") => c.procs.push((pid, arg_name, None)),
         Some("process_labels") => {
@@ -1051,7 +1119,7 @@ fn add_metadata(ev: RawEvent, c: &mut Chunk) {
                 .args
                 .as_ref()
                 .and_then(|a| a.labels.as_deref())
-                .map(str::to_string);
+                .map(|s| kept(s, &mut c.counters));
             c.procs.push((pid, None, l))
         }
         Some("thread_name") => {
@@ -1069,6 +1137,11 @@ fn add_memory(ev: RawEvent, c: &mut Chunk) {
             .add("malformed_event", CounterSeverity::DataLoss, MALFORMED, 1);
         return;
     };
+    if !super::limits::time_ok(ts, 0) {
+        let (name, what) = super::limits::TIME_OUT_OF_RANGE;
+        c.counters.add(name, CounterSeverity::DataLoss, what, 1);
+        return;
+    }
     let tid = match ev.tid {
         Some(Id::Int(t)) => t,
         _ => 0,
@@ -1110,6 +1183,11 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
         return;
     };
     let mut dur_ns = ev.dur.and_then(Micros::get).unwrap_or(0);
+    if !super::limits::time_ok(ts, dur_ns) {
+        let (name, what) = super::limits::TIME_OUT_OF_RANGE;
+        c.counters.add(name, CounterSeverity::DataLoss, what, 1);
+        return;
+    }
     if dur_ns < 0 {
         c.counters.add(
             "negative_duration",
@@ -1120,7 +1198,7 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
         dur_ns = 0;
     }
     let ts_ns = ts;
-    let name = names.get(&ev.name);
+    let name = names.get(&ev.name, &mut c.counters);
     // Borrowed, not moved out: the args are large and most events have them.
     let no_args;
     let args = match &ev.args {
@@ -1154,15 +1232,15 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
                     parent: None,
                     depth: 0,
                     py_frame: None,
-                    input_dims: raw_box(args.input_dims),
-                    input_types: raw_box(args.input_types),
-                    input_strides: raw_box(args.input_strides),
-                    concrete_inputs: raw_box(args.concrete_inputs),
+                    input_dims: raw_box(args.input_dims, &mut c.counters),
+                    input_types: raw_box(args.input_types, &mut c.counters),
+                    input_strides: raw_box(args.input_strides, &mut c.counters),
+                    concrete_inputs: raw_box(args.concrete_inputs, &mut c.counters),
                     call_stack: args
                         .call_stack
                         .as_deref()
                         .filter(|s| !s.is_empty())
-                        .map(Box::from),
+                        .map(|s| kept(s, &mut c.counters).into_boxed_str()),
                 },
             )
         }
@@ -1443,7 +1521,8 @@ pub(super) mod tests {
         let mut p = Profile::default();
         let mut w = Vec::new();
         read(TRACE.as_bytes(), &mut p, &mut w).unwrap();
-        assert_eq!(p.ops.len(), 5, "{:?}", p.ops);
+        // "big" starts 1.2e19 µs after the epoch: out of range, counted, not kept.
+        assert_eq!(p.ops.len(), 4, "{:?}", p.ops);
         assert_eq!(p.gpu.len(), 3);
         assert_eq!(p.gpu[0].launch, None); // the memcpy, first by time
         assert_eq!(p.gpu[1].launch.as_ref().unwrap().grid, [120, 1, 1]);
@@ -1451,7 +1530,8 @@ pub(super) mod tests {
         let triton = p.gpu[2].launch.as_ref().unwrap();
         assert_eq!((triton.grid, triton.block), ([1, 1, 1], [128, 1, 1]));
         assert_eq!(p.python_frames.len(), 1);
-        assert_eq!(&*p.python_frames[0].name, "train.py(40): step\ttab");
+        // The JSON escape decodes to a tab, which the reader keeps escaped (text::clean).
+        assert_eq!(&*p.python_frames[0].name, "train.py(40): step\\u{9}tab");
         assert_eq!(p.threads[0].name, "main \"thread\"");
         let mm = p.ops.iter().find(|o| &*o.name == "aten::mm").unwrap();
         assert_eq!(mm.input_dims.as_deref(), Some("[[64, 128], [128, 256]]"));
@@ -1467,6 +1547,8 @@ pub(super) mod tests {
         assert_eq!(count("unparseable_event"), 4);
         assert_eq!(count("malformed_event"), 1);
         assert_eq!(count("negative_duration"), 1);
+        assert_eq!(count("time_out_of_range"), 1);
+        assert_eq!(count("escaped_string"), 1);
         assert_eq!(count("flow_event"), 2);
     }
 }

@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod execution_trace;
 pub mod kineto;
 mod kineto_event;
+pub mod limits;
 pub mod ncu;
 pub mod scan;
 pub mod source;
@@ -200,9 +201,8 @@ pub(crate) fn load_with_detail(trace: &Path, detail: &Path) -> Result<Loaded> {
 
 /// Read and finish a profile from bytes already in memory (plain JSON or gzip).
 pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
-    if let Some(out) = gunzipped(bytes) {
-        let out = out.map_err(|e| Error::new(format!("failed to read trace {shown}: {e}")))?;
-        return parse(shown, &out, &|_, _| {});
+    if let Some(out) = gunzipped(&format!("trace {shown}"), bytes) {
+        return parse(shown, &out?, &|_, _| {});
     }
     if bytes.is_empty() {
         return Err(Error::new(format!(
@@ -212,15 +212,13 @@ pub fn load_bytes(shown: &str, bytes: &[u8]) -> Result<Loaded> {
     parse(shown, bytes, &|_, _| {})
 }
 
-/// In-memory bytes that start like gzip, decompressed; `None` when they do not.
-pub(crate) fn gunzipped(bytes: &[u8]) -> Option<std::io::Result<Vec<u8>>> {
-    use std::io::Read;
-    bytes.starts_with(&[0x1f, 0x8b]).then(|| {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut out)
-            .map(|_| out)
-    })
+/// In-memory bytes that start like gzip, decompressed (within the [`limits::Limits`] in
+/// force); `None` when they do not start like gzip. A stream cut short keeps what came
+/// before the cut.
+pub(crate) fn gunzipped(what: &str, bytes: &[u8]) -> Option<Result<Vec<u8>>> {
+    bytes
+        .starts_with(&[0x1f, 0x8b])
+        .then(|| source::inflate(what, bytes, limits::Limits::current()).map(|(out, _cut)| out))
 }
 
 const INCOMPLETE: &str =

@@ -20,28 +20,43 @@ use crate::model::Profile;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
+/// Most bytes of CSV text the ncu reader takes (after inflating): 256 MiB. A ResNet-50
+/// training step with eleven metrics is 0.7 MB; the parser holds every field, so the cap
+/// keeps its memory bounded too.
+pub const MAX_CSV_BYTES: u64 = 256 << 20;
+
 /// Read the ncu CSV at `path` (plain or gzip).
 pub fn read_file(path: &Path) -> Result<Hardware> {
-    let shown = path.display().to_string();
-    let raw = std::fs::read(path).map_err(|e| {
-        Error::new(format!("failed to read Nsight Compute CSV {shown}: {e}"))
-            .with_hint("pass the file written by `ncu --csv --page raw ... > ncu.csv`")
-    })?;
+    let shown = crate::text::shown(&path.display().to_string());
+    let raw =
+        super::source::read_bounded(path, &format!("Nsight Compute CSV {shown}"), MAX_CSV_BYTES)
+            .map_err(|e| {
+                let hint = e.hint.clone().unwrap_or_else(|| {
+                    "pass the file written by `ncu --csv --page raw ... > ncu.csv`".into()
+                });
+                e.with_hint(hint)
+            })?;
     parse_bytes(&shown, &raw)
 }
 
 /// Parse ncu CSV bytes (plain or gzip).
 pub fn parse_bytes(shown: &str, raw: &[u8]) -> Result<Hardware> {
+    let what = format!("Nsight Compute CSV {shown}");
     let text = if raw.starts_with(&[0x1f, 0x8b]) {
-        use std::io::Read;
-        let mut out = String::new();
-        flate2::read::MultiGzDecoder::new(raw)
-            .read_to_string(&mut out)
-            .map_err(|e| {
-                Error::new(format!("failed to read Nsight Compute CSV {shown}: {e}"))
-                    .with_hint("the gzip file may be cut short; record it again")
-            })?;
-        out
+        let mut limits = super::limits::Limits::current();
+        limits.max_inflated_bytes = limits.max_inflated_bytes.min(MAX_CSV_BYTES);
+        let (out, cut) = super::source::inflate(&what, raw, limits)?;
+        if let Some(e) = cut {
+            return Err(Error::new(format!("failed to read {what}: {e}"))
+                .with_hint("the gzip file may be cut short; record it again"));
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    } else if raw.len() as u64 > MAX_CSV_BYTES {
+        return Err(Error::new(format!(
+            "failed to read {what}: it is {}, over the {} this reader accepts",
+            crate::text::fmt_size(raw.len() as u64),
+            crate::text::fmt_size(MAX_CSV_BYTES)
+        )));
     } else {
         String::from_utf8_lossy(raw).into_owned()
     };
@@ -73,7 +88,7 @@ fn parse_text(shown: &str, text: &str) -> Result<Hardware> {
             header
                 .iter()
                 .take(6)
-                .cloned()
+                .map(|h| crate::text::shown_to(h, 60))
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
@@ -105,7 +120,7 @@ fn parse_text(shown: &str, text: &str) -> Result<Hardware> {
             id: number(id)
                 .map(|v| v as u64)
                 .unwrap_or(hw.kernels.len() as u64),
-            name: name.to_string(),
+            name: crate::text::cleaned(name),
             grid: col
                 .get("Grid Size")
                 .and_then(|&i| dims(field(i)))
@@ -278,7 +293,10 @@ fn nvtx_range(s: &str) -> Option<String> {
         .map(str::trim)
         .skip_while(|p| p.parse::<u64>().is_ok());
     parts.next()?;
-    parts.next().map(str::to_string).filter(|r| !r.is_empty())
+    parts
+        .next()
+        .map(crate::text::cleaned)
+        .filter(|r| !r.is_empty())
 }
 
 /// A kernel signature: (name key, grid, block).

@@ -171,7 +171,8 @@ pub fn text(f: &Forest, source: &str, width: usize) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Tensor forest of {source}:\n{} tensors, {} base tensors, {} views.",
+        "Tensor forest of {}:\n{} tensors, {} base tensors, {} views.",
+        crate::text::shown(source),
         f.nodes.len(),
         f.roots.len(),
         f.views()
@@ -202,11 +203,15 @@ pub fn text(f: &Forest, source: &str, width: usize) -> String {
             },
         );
     }
-    out
+    super::terminal::fit(&out, width.max(60), false)
 }
 
+/// A DOT string's text: [`crate::text::shown_to`] (control characters escaped, cut to
+/// 120 characters), then DOT's own quoting.
 fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"")
+    crate::text::shown_to(s, 120)
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
 }
 
 /// The whole forest as Graphviz DOT: one node per tensor, an edge from each view's

@@ -24,7 +24,32 @@ pub fn render(r: &Report, o: RenderOptions) -> String {
     tensors(&mut out, r, &t);
     recommendations(&mut out, r, &t);
     import(&mut out, r, &t);
-    out
+    fit(&out, t.w, t.color)
+}
+
+/// The last line of defence over the whole text: every line cut to the width (with `…`)
+/// and any control character the renderer did not write itself escaped
+/// ([`crate::text::terminal_safe`]). On a report built from cleaned names both are no-ops.
+pub(crate) fn fit(out: &str, w: usize, color: bool) -> String {
+    let safe = crate::text::terminal_safe(out, color);
+    if !color && safe.lines().all(|l| l.chars().count() <= w) {
+        return safe.into_owned();
+    }
+    let mut fitted = String::with_capacity(safe.len());
+    for line in safe.split_inclusive('\n') {
+        let (body, nl) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (line, ""),
+        };
+        // Colour sequences take no columns: only plain text is measured and cut.
+        if color || body.chars().count() <= w {
+            fitted.push_str(body);
+        } else {
+            fitted.push_str(&crate::text::shown_to(body, w));
+        }
+        fitted.push_str(nl);
+    }
+    fitted
 }
 
 struct Term {
@@ -83,7 +108,8 @@ fn wrap(text: &str, width: usize, indent: &str) -> String {
 
 /// As [`wrap`], the first line of each paragraph prefixed by `first` and the lines that
 /// continue it by `rest` (a label's value continuing under itself). A word longer than a
-/// line (a path, a kernel name) is cut across lines.
+/// line (a path, a kernel name) is cut across lines; past two lines it is cut short with
+/// an ellipsis.
 fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
     let mut out = String::new();
     for para in text.split('\n') {
@@ -105,7 +131,14 @@ fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
             *on_first = false;
         };
         for word in para.split_whitespace() {
-            let mut word: Vec<char> = word.chars().collect();
+            // A word (a name, a path) takes at most two lines: longer ones are cut with
+            // an ellipsis, so one hostile 10 MB name cannot fill the report.
+            let cap = 2 * width.max(20);
+            let mut word: Vec<char> = word.chars().take(cap + 1).collect();
+            if word.len() > cap {
+                word.truncate(cap - 1);
+                word.push('…');
+            }
             loop {
                 let room = avail(on_first);
                 let used = line.chars().count();
@@ -169,11 +202,15 @@ fn header(out: &mut String, r: &Report, t: &Term) {
             out,
             "{} {} (trace: {} of JSON)",
             t.dim("bundle"),
-            r.input,
+            shown(&r.input),
             fmt_bytes(m.json_bytes as f64)
         );
     } else {
-        let text = format!("{} ({} of JSON)", r.input, fmt_bytes(m.json_bytes as f64));
+        let text = format!(
+            "{} ({} of JSON)",
+            shown(&r.input),
+            fmt_bytes(m.json_bytes as f64)
+        );
         labelled(out, t, "trace", &text);
     }
     if let Some(b) = bundle {
@@ -483,29 +520,7 @@ fn short_text(s: &str, max: usize) -> String {
     }
 }
 
-/// Longest name [`shown`] prints, in characters.
-const SHOWN_MAX: usize = 160;
-
-/// `s` (a name from a trace or a manifest) safe to print on a terminal: control
-/// characters (ESC, BEL, CR, LF, ...) and bidirectional overrides written as `\u{..}`
-/// escapes, so input cannot move the cursor, retitle the window or forge lines; cut
-/// with an ellipsis past 160 characters.
-pub fn shown(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(SHOWN_MAX + 8));
-    for (i, c) in s.chars().enumerate() {
-        if i == SHOWN_MAX {
-            out.push('…');
-            break;
-        }
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use crate::text::shown;
 
 /// An argument as a POSIX shell would need it written.
 pub fn shell_word(a: &str) -> String {
@@ -1116,24 +1131,5 @@ fn import(out: &mut String, r: &Report, t: &Term) {
             t.w,
             "",
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::shown;
-
-    #[test]
-    fn shown_escapes_what_would_drive_the_terminal_and_cuts_long_names() {
-        assert_eq!(shown("aten::mm"), "aten::mm");
-        assert_eq!(
-            shown("a\u{1b}[2Jb\rc\nd\u{7}"),
-            "a\\u{1b}[2Jb\\u{d}c\\u{a}d\\u{7}"
-        );
-        assert_eq!(shown("x\u{202e}gpj.exe"), "x\\u{202e}gpj.exe");
-        let long = "é".repeat(1000);
-        let s = shown(&long);
-        assert_eq!(s.chars().count(), 161);
-        assert!(s.ends_with('…'));
     }
 }

@@ -43,15 +43,66 @@ pub fn bundle_dir(path: &Path) -> Option<PathBuf> {
     None
 }
 
+/// Every string in the manifest (the program's command, versions, device names, file
+/// names) as [`crate::text::clean`] leaves it: no later stage sees a raw control
+/// character from a manifest, nor a string over the cap. The program's `error` (a
+/// traceback) keeps its line feeds: each of its lines is cleaned, and the report shows
+/// only the last.
+fn clean_strings(v: &mut serde_json::Value) {
+    clean_value(v, false);
+}
+
+fn clean_value(v: &mut serde_json::Value, lines: bool) {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => {
+            let cleaned = if lines {
+                let kept: Vec<String> = s.split('\n').map(crate::text::cleaned).collect();
+                let mut j = kept.join("\n");
+                if j.len() > crate::text::MAX_STRING_BYTES {
+                    j = crate::text::cleaned(&j[j.len() - crate::text::MAX_STRING_BYTES..]);
+                }
+                j
+            } else {
+                crate::text::cleaned(s)
+            };
+            if cleaned != *s {
+                *s = cleaned;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|v| clean_value(v, false)),
+        Value::Object(o) => o.iter_mut().for_each(|(k, v)| clean_value(v, k == "error")),
+        _ => {}
+    }
+}
+
+/// Largest manifest read: 16 MiB (one written by `tensight run` is a few KB).
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 /// Read and check the manifest of the bundle in `dir`.
 pub fn read_manifest(dir: &Path) -> Result<BundleInfo> {
     let path = dir.join(MANIFEST);
-    let bytes = std::fs::read(&path).map_err(|e| {
+    let meta = std::fs::metadata(&path).map_err(|e| {
         Error::new(format!(
             "failed to read bundle {}: {MANIFEST}: {}",
-            dir.display(),
+            crate::text::shown(&dir.display().to_string()),
             io_cause(&e)
         ))
+    })?;
+    let bytes = super::source::read_bounded(
+        &path,
+        &format!(
+            "bundle {}: {MANIFEST}",
+            crate::text::shown(&dir.display().to_string())
+        ),
+        MAX_MANIFEST_BYTES,
+    )
+    .map_err(|e| {
+        if meta.is_file() {
+            e
+        } else {
+            e.with_hint("a bundle's manifest is a small JSON file written by `tensight run`")
+        }
     })?;
     parse_manifest(&dir.display().to_string(), &bytes)
 }
@@ -67,9 +118,12 @@ fn io_cause(e: &std::io::Error) -> String {
 /// Parse manifest bytes; `dir` is the bundle folder as shown in messages.
 pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
     let fail = |why: String| Error::new(format!("failed to read bundle {dir}: {why}"));
-    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+    let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         let cut = e.is_eof();
-        let err = fail(format!("{MANIFEST} is not valid JSON ({e})"));
+        let err = fail(format!(
+            "{MANIFEST} is not valid JSON ({})",
+            crate::text::shown(&e.to_string())
+        ));
         if cut {
             err.with_hint(
                 "the manifest is cut short: was the program killed while tensight wrote it?",
@@ -81,8 +135,13 @@ pub fn parse_manifest(dir: &str, bytes: &[u8]) -> Result<BundleInfo> {
     if !v.is_object() {
         return Err(fail(format!("{MANIFEST} is not a JSON object")));
     }
-    let m: Manifest = serde_json::from_value(v)
-        .map_err(|e| fail(format!("{MANIFEST} does not read as a manifest ({e})")))?;
+    clean_strings(&mut v);
+    let m: Manifest = serde_json::from_value(v).map_err(|e| {
+        fail(format!(
+            "{MANIFEST} does not read as a manifest ({})",
+            crate::text::shown(&e.to_string())
+        ))
+    })?;
     let format = &manifest::contract().format;
     match m.format.as_str() {
         f if f == format => {}
@@ -209,7 +268,7 @@ pub fn in_bundle(dir: &Path, name: &str) -> Result<PathBuf> {
         Error::new(format!(
             "bundle {}: its manifest names a file outside the bundle ({}); tensight reads only files inside it",
             dir.display(),
-            crate::report::terminal::shown(name)
+            crate::text::shown(name)
         ))
         .with_hint("a bundle's `files` are names relative to its folder, as `tensight run` writes them")
     };
@@ -238,7 +297,7 @@ pub fn trace_file(dir: &Path, info: &BundleInfo) -> Result<PathBuf> {
                 let mut e = Error::new(format!(
                     "failed to read bundle {}: its trace {} is missing",
                     dir.display(),
-                    crate::report::terminal::shown(name)
+                    crate::text::shown(name)
                 ));
                 e.hint = Some(match &info.program.error {
                     Some(err) => format!("the program {} ({err}); the profiler may not have written the trace", status_words(info)),
