@@ -85,9 +85,9 @@ class StepFinder:
     """Installs the hooks and calls `on_boundary()` at the end of each step.
 
     `on_switch(old, new)` is called when an optimizer step overrides forward or loop
-    steps, or a step loop forward steps (the owner drops what it recorded with those); `choose_loop(chain)` picks the step
-    loop among candidates (innermost first), or None. `auto=False`: no hooks; the owner
-    calls its own boundaries in `mode`."""
+    steps, or a step loop overrides forward steps (the owner drops what it recorded with
+    those); `choose_loop(chain)` picks the step loop among candidates (innermost first),
+    or None. `auto=False`: no hooks; the owner calls its own boundaries in `mode`."""
 
     def __init__(self, on_boundary: Callable[[], None], on_switch: Callable[[Mode, Mode], bool],
                  choose_loop: Callable[[list[Loop]], Loop | None], *, auto: bool = True,
