@@ -295,17 +295,23 @@ mod tests {
             8_040.0,
             20.0,
         );
-        let e = b.op("aten::relu", 9_000.0, 500.0);
+        relu(&mut b, 9_000.0);
+        loaded(&b)
+    }
+
+    /// `aten::relu` at `ts` µs (500 µs), its kernel launched 10 µs in and running 300 µs
+    /// from 100 µs in.
+    fn relu(b: &mut TraceBuilder, ts: f64) {
+        let e = b.op("aten::relu", ts, 500.0);
         b.kernel(
             "relu_kernel",
             e,
-            9_010.0,
-            9_100.0,
+            ts + 10.0,
+            ts + 100.0,
             300.0,
-            [1, 1, 1],
+            [1; 3],
             [128, 1, 1],
         );
-        loaded(&b)
     }
 
     fn loaded(b: &TraceBuilder) -> Profile {
@@ -352,16 +358,7 @@ mod tests {
             5_000.0,
         );
         b.frame("data.py(12): __getitem__", 100.0, 4_000.0);
-        let e = b.op("aten::relu", 6_000.0, 500.0);
-        b.kernel(
-            "relu_kernel",
-            e,
-            6_010.0,
-            6_100.0,
-            300.0,
-            [1, 1, 1],
-            [128, 1, 1],
-        );
+        relu(&mut b, 6_000.0);
         let p = loaded(&b);
         assert!(HostCode::new(&p, PID, TID, 50_000)
             .find(|_| true)
