@@ -11,8 +11,7 @@ use crate::model::{is_user_frame, OpKind, Profile};
 
 /// Frames of libraries whose calls are CPU image work however short (their ops, if any,
 /// are the library's own): counted without [`HostCode::min_ns`].
-pub(crate) const TRANSFORM_FRAMES: &[&str] =
-    &["torchvision/transforms/", "PIL/", "albumentations/"];
+const TRANSFORM_FRAMES: &[&str] = &["torchvision/transforms/", "PIL/", "albumentations/"];
 
 /// Frames of torch itself (what they do on the host is in their ops) and of tensight's
 /// collector (the profiler's cost, not the program's).
@@ -109,10 +108,7 @@ impl<'a> HostCode<'a> {
         let p = self.p;
         let frames = self.frames();
         let starts = self.launch_times();
-        let launches = |a: i64, b: i64| {
-            let k = starts.partition_point(|&t| t < a);
-            starts.get(k).is_some_and(|&t| t < b)
-        };
+        let launches = |a: i64, b: i64| any_in(&starts, a, b);
         let owned = |n: &str| OWNED_ELSEWHERE.iter().any(|m| n.contains(m));
         let transform = |n: &str| TRANSFORM_FRAMES.iter().any(|m| n.contains(m));
         // Frames that can be host code themselves: the program's own, data libraries',
@@ -124,8 +120,7 @@ impl<'a> HostCode<'a> {
             if TORCH_FRAMES.iter().any(|m| n.contains(m)) {
                 return false;
             }
-            transform(n)
-                || is_user_frame(n)
+            is_user_frame(n)
                 || DATA_LIBRARIES.iter().any(|m| n.contains(m))
                 || (n.starts_with("<built-in")
                     && f.parent
@@ -145,19 +140,26 @@ impl<'a> HostCode<'a> {
                 .map(|x| x.ts_ns)
                 .collect()
         };
-        let holds_op = |a: i64, b: i64| {
-            let k = op_starts.partition_point(|&t| t < a);
-            op_starts.get(k).is_some_and(|&t| t < b)
-        };
-        let mut launch_free: Vec<bool> = vec![false; frames.len()];
-        let mut whole: Vec<bool> = vec![false; frames.len()];
-        for (k, i) in frames.clone().enumerate() {
-            let f = &p.python_frames[i];
-            launch_free[k] = !launches(f.ts_ns, f.end_ns());
-            whole[k] = launch_free[k]
-                && (transform(&f.name) || !holds_op(f.ts_ns, f.end_ns()))
-                && candidate_at(i);
-        }
+        // Frames counted whole: launching nothing and holding no op (CPU image
+        // libraries may hold their own ops).
+        let whole: Vec<bool> = frames
+            .clone()
+            .map(|i| {
+                let f = &p.python_frames[i];
+                let (a, b) = (f.ts_ns, f.end_ns());
+                !launches(a, b)
+                    && (transform(&f.name) || !any_in(&op_starts, a, b))
+                    && candidate_at(i)
+            })
+            .collect();
+        // The thread's runtime calls, by start, for the untraced stretches.
+        let mut calls: Vec<(i64, i64)> = p
+            .runtime
+            .iter()
+            .filter(|r| (r.pid, r.tid) == (self.pid, self.tid))
+            .map(|r| (r.ts_ns, r.end_ns()))
+            .collect();
+        calls.sort_unstable();
         let local = |i: u32| {
             (i as usize)
                 .checked_sub(frames.start)
@@ -194,7 +196,7 @@ impl<'a> HostCode<'a> {
                     });
                 }
             } else if is_user_frame(&f.name) && !covered(i) {
-                self.untraced_in(i, frames.clone(), &launches, &mut out);
+                self.untraced_in(i, frames.clone(), &calls, &launches, &mut out);
             }
         }
         out.sort_by_key(|r| (r.start_ns, r.end_ns));
@@ -202,12 +204,14 @@ impl<'a> HostCode<'a> {
     }
 
     /// The stretches of at least `min_ns` inside frame `i` when nothing recorded ran:
-    /// no deeper frame, op (annotations aside) or runtime call on the thread, and no
-    /// other thread launched GPU work (this one may be waiting for it).
+    /// no deeper frame, op (annotations aside) or runtime call (`calls`: the thread's,
+    /// sorted) on the thread, and no other thread launched GPU work (this one may be
+    /// waiting for it).
     fn untraced_in(
         &self,
         i: usize,
         frames: std::ops::Range<usize>,
+        calls: &[(i64, i64)],
         launches: &dyn Fn(i64, i64) -> bool,
         out: &mut Vec<Range>,
     ) {
@@ -236,11 +240,14 @@ impl<'a> HostCode<'a> {
                 busy.push((o.ts_ns, o.end_ns()));
             }
         }
+        // A call starting before the frame may still run into it: from the one before.
+        let c = calls.partition_point(|r| r.0 < a).saturating_sub(1);
         busy.extend(
-            p.runtime
+            calls[c..]
                 .iter()
-                .filter(|r| (r.pid, r.tid) == (self.pid, self.tid) && r.ts_ns < b && r.end_ns() > a)
-                .map(|r| (r.ts_ns, r.end_ns())),
+                .take_while(|r| r.0 < b)
+                .filter(|r| r.1 > a)
+                .copied(),
         );
         busy.sort_unstable();
         let mut t = a;
@@ -267,6 +274,12 @@ impl<'a> HostCode<'a> {
             push(t, b);
         }
     }
+}
+
+/// Whether a time of `sorted` falls in [a, b).
+fn any_in(sorted: &[i64], a: i64, b: i64) -> bool {
+    let k = sorted.partition_point(|&t| t < a);
+    sorted.get(k).is_some_and(|&t| t < b)
 }
 
 #[cfg(test)]

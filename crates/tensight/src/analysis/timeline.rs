@@ -163,10 +163,10 @@ pub struct Timeline {
     /// idle breakdown is computed from; rules overlap host ranges with them.
     #[serde(skip)]
     pub idle_gaps: Vec<(i64, i64)>,
-    /// The idle gaps the breakdown does not put on a sync (a gap a sync drained is the
-    /// sync's: the host's work in it would hide behind queued GPU work without the sync).
+    /// Per idle gap: whether the breakdown puts it on a sync (it began when a sync
+    /// drained the GPU, or goes on from such a gap across a step's edge).
     #[serde(skip)]
-    pub host_gaps: Vec<(i64, i64)>,
+    pub sync_drained: Vec<bool>,
 }
 
 /// Compute the timeline of every step.
@@ -232,17 +232,18 @@ pub fn timeline(p: &Profile) -> Timeline {
             if s.end_ns > cursor {
                 gaps.push((cursor, s.end_ns));
             }
-            let mut host_gaps = Vec::new();
+            let mut drained = Vec::with_capacity(gaps.len());
             for &(g0, g1) in &gaps {
                 let mut idle = IdleBreakdown {
                     total_ns: g1 - g0,
                     ..Default::default()
                 };
                 let carried = g0 == s.start_ns && drained_before(p, &syncs, &all_busy, g0);
-                if carried || sync_drained(p, &syncs, g0) {
+                let by_sync = carried || sync_drained(p, &syncs, g0);
+                drained.push(by_sync);
+                if by_sync {
                     idle.sync_ns = g1 - g0;
                 } else {
-                    host_gaps.push((g0, g1));
                     idle.transfer_ns = overlap(&memcpy_calls, g0, g1);
                     idle.data_loader_ns =
                         overlap(&dl, g0, g1).min(idle.total_ns - idle.transfer_ns);
@@ -282,7 +283,7 @@ pub fn timeline(p: &Profile) -> Timeline {
             (
                 (lo, hi),
                 m,
-                (gaps, host_gaps),
+                (gaps, drained),
                 step_syncs,
                 to_edge,
                 (busy, s.end_ns),
@@ -310,7 +311,7 @@ pub fn timeline(p: &Profile) -> Timeline {
         }
         t.gpu_in_steps.extend(lo as u32..hi as u32);
         t.idle_gaps.extend(gaps.0);
-        t.host_gaps.extend(gaps.1);
+        t.sync_drained.extend(gaps.1);
         t.syncs.extend(step_syncs);
         t.steps.push(m);
     }

@@ -533,20 +533,19 @@ fn what_runs(sites: &BTreeMap<(String, String), Site>) -> String {
 /// work while the step's queued GPU work runs; only what exceeds it would still find the
 /// GPU idle. The rest is the sync's to save (S001, C002).
 fn own_gaps(t: &Timeline, work: &[(i64, i64)]) -> Vec<(i64, i64)> {
-    let host: HashSet<(i64, i64)> = t.host_gaps.iter().copied().collect();
-    let drained: Vec<(i64, i64)> = t
-        .idle_gaps
-        .iter()
-        .copied()
-        .filter(|g| !host.contains(g))
-        .collect();
-    let mut out = t.host_gaps.clone();
+    let gaps = t.idle_gaps.iter().zip(&t.sync_drained);
+    let mut out: Vec<(i64, i64)> = gaps.clone().filter(|g| !g.1).map(|g| *g.0).collect();
     for s in &t.steps {
+        // A step's gaps start inside it (the gaps are sorted).
         let (lo, hi) = (s.start_ns, s.start_ns + s.dur_ns);
-        let in_step: Vec<(i64, i64)> = drained
-            .iter()
-            .filter(|g| g.0 >= lo && g.0 < hi)
-            .copied()
+        let from = t.idle_gaps.partition_point(|g| g.0 < lo);
+        let to = t.idle_gaps.partition_point(|g| g.0 < hi);
+        let in_step: Vec<(i64, i64)> = gaps
+            .clone()
+            .skip(from)
+            .take(to - from)
+            .filter(|g| *g.1)
+            .map(|g| *g.0)
             .collect();
         let busy = intersect(work, &in_step);
         let total: i64 = busy.iter().map(|(a, b)| b - a).sum();
