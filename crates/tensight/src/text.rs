@@ -117,16 +117,23 @@ pub fn shown(s: &str) -> String {
     shown_to(s, SHOWN_MAX)
 }
 
-/// `s` [`escaped`] and cut to at most `max` characters, the last of them `…` when cut.
+/// `s` [`escaped`] and cut to at most `max` characters (at least 1), the last of them
+/// `…` when cut.
 pub fn shown_to(s: &str, max: usize) -> String {
-    let e = escaped(s);
-    let max = max.max(1);
-    let mut it = e.char_indices();
-    match it.nth(max) {
-        None => e.into_owned(),
+    cut(&escaped(s), max.max(1))
+}
+
+/// `s` cut to at most `max` characters, the last of them `…` when cut (no escaping:
+/// for text that is safe already).
+pub fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
         Some(_) => {
-            let end = e.char_indices().nth(max - 1).map_or(e.len(), |(i, _)| i);
-            format!("{}…", &e[..end])
+            let end = s
+                .char_indices()
+                .nth(max.saturating_sub(1))
+                .map_or(s.len(), |(i, _)| i);
+            format!("{}…", &s[..end])
         }
     }
 }
@@ -212,6 +219,14 @@ fn sgr_len(s: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_keeps_short_text_and_ends_long_text_with_an_ellipsis() {
+        assert_eq!(cut("gemm", 4), "gemm");
+        assert_eq!(cut("gemm_kernel", 5), "gemm…");
+        assert_eq!(cut("µs×µs", 3), "µs…");
+        assert_eq!(cut("ab", 0), "…");
+    }
 
     #[test]
     fn shown_escapes_what_would_drive_the_terminal_and_cuts_long_names() {

@@ -5,6 +5,7 @@
 
 use crate::analysis::forest::{shape_text, Forest, Relation, TensorNode, Traffic};
 use crate::rules::{fmt_bytes, fmt_ms};
+use crate::text::cut;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -17,15 +18,6 @@ pub struct TreeOptions {
     pub with_traffic_only: bool,
     /// Children drawn per tensor before `… N more`.
     pub max_children: usize,
-}
-
-fn cut(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let c: String = s.chars().take(max.saturating_sub(1)).collect();
-        format!("{c}…")
-    }
 }
 
 fn dims(v: &[i64]) -> String {

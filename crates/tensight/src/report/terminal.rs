@@ -174,12 +174,7 @@ fn short(name: &str, max: usize) -> String {
         }
     }
     let s = s.strip_prefix("void ").unwrap_or(s);
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let cut: String = s.chars().take(max.saturating_sub(1)).collect();
-        format!("{cut}…")
-    }
+    cut(s, max)
 }
 
 fn header(out: &mut String, r: &Report, t: &Term) {
@@ -376,12 +371,12 @@ fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
     if !b.command.is_empty() {
         let cmd: Vec<String> = b.command.iter().map(|a| shell_word(a)).collect();
         let cmd = cmd.join(" ");
-        labelled(out, t, "run", &short_text(&cmd, 3 * t.w));
+        labelled(out, t, "run", &cut(&cmd, 3 * t.w));
     }
     let partial = " — the report covers what was recorded";
     let status = match b.program.status.as_str() {
         "crashed" => match &b.program.error {
-            Some(e) => format!("crashed: {}{partial}", short_text(last_line(e), 300)),
+            Some(e) => format!("crashed: {}{partial}", cut(last_line(e), 300)),
             None => format!("crashed{partial}"),
         },
         "running" => format!("did not finish (killed?){partial}"),
@@ -511,15 +506,7 @@ fn last_line(s: &str) -> &str {
         .unwrap_or("")
 }
 
-fn short_text(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let cut: String = s.chars().take(max.saturating_sub(1)).collect();
-        format!("{cut}…")
-    }
-}
-
+use crate::text::cut;
 pub use crate::text::shown;
 
 /// An argument as a POSIX shell would need it written.
@@ -665,7 +652,7 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
                     .filter(|h| h.ms_per_step >= 0.01 * v)
                 {
                     let line = format!("held back by {} ({})", h.what, fmt_ms(h.ms_per_step));
-                    out.push_str(&wrap(&short_text(&line, 2 * t.w), t.w, "       "));
+                    out.push_str(&wrap(&cut(&line, 2 * t.w), t.w, "       "));
                 }
             }
         }
