@@ -161,7 +161,7 @@ class GPT(nn.Module):
         for blk in self.blocks:
             x = checkpoint(blk, x, use_reentrant=False)
         logits = self.head(self.ln_f(x))
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def main():
