@@ -109,8 +109,8 @@ class Loop:
 @dataclasses.dataclass
 class Config:
     rows: int = 200_000
-    features: int = 256
-    width: int = 8192
+    features: int = 512
+    width: int = 6144
     depth: int = 3
     batch: int = 8192
     lr: float = 3e-4
