@@ -207,7 +207,7 @@ def main():
     args = make_parser(__doc__).parse_args()
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    B, res, w, acc = (24, 128, 64, 4) if cuda else (2, 32, 8, 2)
+    B, res, w, acc = (16, 128, 64, 4) if cuda else (2, 32, 8, 2)
     torch.manual_seed(0)
     pool = torch.rand(8, acc, B, 3, res, res, device=dev)
     pool = pool.to(memory_format=torch.channels_last) if pool.dim() == 4 else pool

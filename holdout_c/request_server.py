@@ -143,7 +143,7 @@ def main():
     args = make_parser(__doc__).parse_args()
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    nreq, res = (64, 64) if cuda else (6, 32)
+    nreq, res = (32, 64) if cuda else (6, 32)
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=1000).eval().to(dev)
     model = model.to(memory_format=torch.channels_last)
