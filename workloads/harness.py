@@ -311,6 +311,7 @@ def plot(rows: list[dict[str, Any]]) -> str:
 HOLDOUT_SETS = [
     ("holdout", "A", "6f8ec09", "the rule changes of 2026-12-01 (session 11)"),
     ("holdout_b", "B", "b4703ca", "the changes of session 12, B recorded with it"),
+    ("holdout_c", "C", "f6e4195", "the changes of session 13, C recorded with it"),
 ]
 
 
