@@ -12,12 +12,17 @@
 //! as long as the unprofiled ones (the GPU's own time is untouched: a GPU-bound step
 //! stays as it is), and a fix is judged on the timeline the program really has.
 //!
-//! A plain trace carries no unprofiled timing: its host is not deflated (a per-option
-//! calibration measured on the GPU is to come), and the report says so.
+//! A plain trace carries no unprofiled timing. Its host is deflated by a calibration
+//! instead ([`calibrated`]): what one recorded op or runtime call, and one Python call,
+//! cost the host under the profiler options the trace shows (shapes recorded or not,
+//! stacks or not), measured on an H200 by `scripts/h200/plain_calibration.py` on host-bound
+//! programs of its own ([`CALIBRATION`]). That is an assumption about this trace's
+//! machine, and the report says so; the unprofiled step is then the replayed one.
 
-use super::simulate::Change;
+use super::simulate::{self, Change};
 use crate::model::Profile;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
 
 /// Deflate only when the profiled step is at least this many times the unprofiled one
 /// (below it, run-to-run noise).
@@ -30,7 +35,9 @@ pub struct Deflation {
     pub profiled_step_ms: f64,
     /// Median unprofiled warm-up step, ms.
     pub unprofiled_step_ms: f64,
-    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step).
+    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step), or
+    /// `calibration` (a plain trace: the unprofiled step is the replay without the
+    /// calibrated cost).
     pub source: &'static str,
     /// Host events the profiler recorded per step (ops, Python calls, runtime calls).
     pub events_per_step: f64,
@@ -95,4 +102,163 @@ pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflat
             ..Default::default()
         },
     })
+}
+
+/// The calibration's file: what `scripts/h200/plain_calibration.py` measured.
+pub const CALIBRATION: &str = include_str!("profiler_cost_h200.json");
+
+/// The per-event costs of [`CALIBRATION`], ns (medians over its workloads), by the
+/// profiler options of the trace: every host event (an op, a runtime call, a Python call)
+/// costs the same, as [`of`] spreads a bundle's measured cost.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+pub struct Costs {
+    /// CPU+CUDA activities only.
+    pub activities: f64,
+    /// With `record_shapes`.
+    pub shapes: f64,
+    /// With `with_stack`.
+    pub stack: f64,
+    /// With both.
+    #[serde(rename = "shapes+stack")]
+    pub shapes_stack: f64,
+    /// With both and an execution trace recorded over the same steps.
+    #[serde(rename = "shapes+stack+et")]
+    pub shapes_stack_et: f64,
+}
+
+impl Costs {
+    /// The cost of one event in a trace recorded with these options.
+    pub fn per_event(&self, shapes: bool, stack: bool, et: bool) -> f64 {
+        match (shapes, stack) {
+            (true, true) if et => self.shapes_stack_et,
+            (true, true) => self.shapes_stack,
+            (false, true) => self.stack,
+            (true, false) => self.shapes,
+            (false, false) => self.activities,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CalibrationFile {
+    costs_ns: Costs,
+    context: CalibrationContext,
+}
+
+/// Where and with what the calibration was measured.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct CalibrationContext {
+    /// The GPU.
+    pub gpu: String,
+    /// torch's version.
+    pub torch: String,
+    /// When.
+    pub date: String,
+}
+
+/// The calibration, parsed once (it is compiled in: a parse error is a build defect, and a
+/// test parses it).
+pub fn calibration() -> Option<&'static (Costs, CalibrationContext)> {
+    static C: OnceLock<Option<(Costs, CalibrationContext)>> = OnceLock::new();
+    C.get_or_init(|| {
+        serde_json::from_str::<CalibrationFile>(CALIBRATION)
+            .ok()
+            .map(|f| (f.costs_ns, f.context))
+    })
+    .as_ref()
+}
+
+/// The profiler's cost in a plain trace's analysed steps (no bundle: nothing timed them
+/// without the profiler), from [`calibration`]: each recorded op, runtime call and Python
+/// call costs what the options the trace shows cost (shapes on its ops, Python frames,
+/// an execution trace given with it). The unprofiled step is the step replayed without
+/// that cost; `None` when that is less than [`MIN_INFLATION`]× faster (a GPU-bound step).
+pub fn calibrated(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
+    if p.bundle.is_some() {
+        return None;
+    }
+    let (costs, _) = calibration()?;
+    let (first, last) = (p.steps.first()?, p.steps.last()?);
+    let inside = |t: i64| t >= first.start_ns && t < last.end_ns;
+    let ops: Vec<&crate::model::CpuOp> = p.ops.iter().filter(|o| inside(o.ts_ns)).collect();
+    let shapes = ops.iter().any(|o| o.input_dims.is_some());
+    let frames: Vec<i64> = p
+        .python_frames
+        .iter()
+        .map(|f| f.ts_ns)
+        .filter(|&t| inside(t))
+        .collect();
+    let cost = costs
+        .per_event(shapes, !frames.is_empty(), p.execution_trace.is_some())
+        .max(0.0)
+        .round() as i64;
+    let mut at: Vec<(i64, i64)> = ops
+        .iter()
+        .map(|o| o.ts_ns)
+        .chain(p.runtime.iter().map(|r| r.ts_ns).filter(|&t| inside(t)))
+        .chain(frames)
+        .map(|t| (t, cost))
+        .collect();
+    if at.is_empty() {
+        return None;
+    }
+    at.sort_unstable();
+    let n = p.steps.len().max(1) as f64;
+    let events_per_step = at.len() as f64 / n;
+    let per_event_ns = at.iter().map(|&(_, c)| c as f64).sum::<f64>() / at.len() as f64;
+    let change = Change {
+        host_points: at,
+        ..Default::default()
+    };
+    let saved_ms = simulate::saving_ns(p, &change).max(0) as f64 / 1e6 / n;
+    let u = profiled_step_ms - saved_ms;
+    (u > 0.0 && profiled_step_ms >= MIN_INFLATION * u).then_some(Deflation {
+        profiled_step_ms,
+        unprofiled_step_ms: u,
+        source: "calibration",
+        events_per_step,
+        per_event_ns,
+        change,
+    })
+}
+
+impl Deflation {
+    /// Where the unprofiled step comes from, for a sentence of the report.
+    pub fn provenance(&self) -> String {
+        match (self.source, calibration()) {
+            ("calibration", Some((_, c))) => format!(
+                "the profiler's cost per recorded event as measured on an {} with torch {} \
+                 ({}), an assumption for this trace: nothing timed its steps without the profiler",
+                c.gpu, c.torch, c.date
+            ),
+            (how, _) => format!(
+                "the warm-up steps timed without it by {}",
+                if how == "cuda_events" {
+                    "CUDA events"
+                } else {
+                    "the host clock"
+                }
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_calibration_parses_and_its_costs_are_positive() {
+        let (c, ctx) = calibration().expect("profiler_cost_h200.json parses");
+        for x in [
+            c.activities,
+            c.shapes,
+            c.stack,
+            c.shapes_stack,
+            c.shapes_stack_et,
+        ] {
+            assert!(x.is_finite() && x > 0.0 && x < 50_000.0, "{c:?}");
+        }
+        assert!(ctx.gpu.contains("H200"), "{ctx:?}");
+    }
 }

@@ -84,7 +84,8 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
     let busy = ctx.metrics.summary.gpu_busy_ms_per_step;
     // The profiler's own cost, removed once: the simulated findings are replayed on the
     // deflated host timeline, the others scaled to the unprofiled step.
-    let deflation = inflation::of(ctx.profile, ctx.step_ms(), busy);
+    let deflation = inflation::of(ctx.profile, ctx.step_ms(), busy)
+        .or_else(|| inflation::calibrated(ctx.profile, ctx.step_ms()));
     let base = deflation
         .as_ref()
         .map(|d| d.change.clone())
@@ -97,7 +98,7 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
     }
     sort(&mut findings);
     let all_fixes = combine(ctx, &mut findings, &base, base_saved, deflation.as_ref());
-    let unprofiled = unprofiled::of(ctx.profile, ctx.step_ms(), busy);
+    let unprofiled = unprofiled::of(ctx.profile, ctx.step_ms(), busy, deflation.as_ref());
     if let Some(u) = &unprofiled {
         unprofiled::apply(&mut findings, u, deflation.is_some());
     }
@@ -141,8 +142,9 @@ fn resimulate(ctx: &Context, f: &mut Finding, d: &Deflation, base: &Change, base
         f.estimate.push('.');
     }
     f.estimate.push_str(&format!(
-        " Replayed on the host timeline without the profiler's cost ({:.1} µs per recorded event, from the warm-up steps timed without it: {} against {} profiled; {} under the profiler).",
+        " Replayed on the host timeline without the profiler's cost ({:.1} µs per recorded event, from {}: {} against {} profiled; {} under the profiler).",
         d.per_event_ns / 1e3,
+        d.provenance(),
         crate::rules::fmt_ms(d.unprofiled_step_ms),
         crate::rules::fmt_ms(d.profiled_step_ms),
         crate::rules::fmt_ms(profiled)

@@ -15,9 +15,11 @@
 //! (the profiler inflated the whole step; the share of it a fix removes is kept), and
 //! savings made of host-caused idle (rules in [`HOST_IDLE`]) are further capped at the
 //! idle the unprofiled step can hold: unprofiled step − GPU busy time. A plain trace
-//! carries no unprofiled timing: its savings stay on the profiled timeline, as its
-//! report says.
+//! carries no unprofiled timing: its unprofiled step is the replay without the
+//! profiler's calibrated cost ([`crate::analysis::inflation::calibrated`]), an assumption
+//! its report states.
 
+use crate::analysis::inflation::Deflation;
 use crate::model::Profile;
 use crate::rules::{fmt_ms, Finding, Severity};
 use serde::Serialize;
@@ -32,7 +34,8 @@ pub struct Unprofiled {
     pub profiled_step_ms: f64,
     /// Median unprofiled warm-up step, ms.
     pub unprofiled_step_ms: f64,
-    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step).
+    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step), or
+    /// `calibration` (a plain trace replayed without the profiler's calibrated cost).
     pub source: &'static str,
     /// unprofiled / profiled, the factor every saving was multiplied by.
     pub scale: f64,
@@ -40,10 +43,21 @@ pub struct Unprofiled {
     pub host_idle_cap_ms: f64,
 }
 
-/// The unprofiled step of `profile`'s bundle, when the profiler inflated the step.
-pub fn of(profile: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Unprofiled> {
+/// The unprofiled step of `profile`'s bundle, or of a plain trace's calibrated
+/// `deflation`, when the profiler inflated the step.
+pub fn of(
+    profile: &Profile,
+    profiled_step_ms: f64,
+    gpu_busy_ms: f64,
+    deflation: Option<&Deflation>,
+) -> Option<Unprofiled> {
     let (u, source) =
-        crate::analysis::inflation::unprofiled_step(profile, profiled_step_ms, gpu_busy_ms)?;
+        crate::analysis::inflation::unprofiled_step(profile, profiled_step_ms, gpu_busy_ms)
+            .or_else(|| {
+                deflation
+                    .filter(|d| d.source == "calibration")
+                    .map(|d| (d.unprofiled_step_ms, d.source))
+            })?;
     Some(Unprofiled {
         profiled_step_ms,
         unprofiled_step_ms: u,
@@ -57,10 +71,10 @@ pub fn of(profile: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<
 /// severity, and a sentence in each estimate saying so. With `replayed`, the simulated
 /// findings were replayed on the deflated timeline already and are left as they are.
 pub fn apply(findings: &mut [Finding], u: &Unprofiled, replayed: bool) {
-    let how = if u.source == "cuda_events" {
-        "CUDA events"
-    } else {
-        "the host clock"
+    let how = match u.source {
+        "cuda_events" => "the warm-up steps, timed without it by CUDA events, took",
+        "calibration" => "the step replayed without its calibrated cost (an assumption) takes",
+        _ => "the warm-up steps, timed without it by the host clock, took",
     };
     let simulated = |f: &Finding| f.change.as_ref().is_some_and(|c| !c.is_empty());
     for f in findings
@@ -70,8 +84,8 @@ pub fn apply(findings: &mut [Finding], u: &Unprofiled, replayed: bool) {
         let profiled = f.saving_ms;
         let mut saving = profiled * u.scale;
         let mut note = format!(
-            " In unprofiled time: ×{:.2} ({} under the profiler; the warm-up steps, timed \
-             without it by {how}, took {:.2} ms against {:.2} ms profiled)",
+            " In unprofiled time: ×{:.2} ({} under the profiler; {how} {:.2} ms against \
+             {:.2} ms profiled)",
             u.scale,
             fmt_ms(profiled),
             u.unprofiled_step_ms,

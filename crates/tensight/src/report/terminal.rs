@@ -567,9 +567,15 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
                     ),
                     None => format!("so each is scaled by {:.2}", u.scale),
                 };
+                let against = match &r.diagnosis.deflation {
+                    Some(d) if d.source == "calibration" => {
+                        format!("replayed without {}", d.provenance())
+                    }
+                    _ => "in the warm-up without it".to_string(),
+                };
                 let note = format!(
                     "Savings are in unprofiled time: the profiler slowed the step {:.2}× \
-                     ({} against {} in the warm-up without it); {how}.",
+                     ({} against {} {against}); {how}.",
                     1.0 / u.scale,
                     fmt_ms(u.profiled_step_ms),
                     fmt_ms(u.unprofiled_step_ms),
