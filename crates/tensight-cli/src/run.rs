@@ -224,6 +224,22 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
             },
         ),
         Format::Text => text,
+        Format::Perfetto => {
+            // The annotated trace goes beside the reports; stdout gets the text report.
+            let annotated = dir.join("annotated.json");
+            let written = tensight::read::resolve(dir).and_then(|trace| {
+                let file = std::fs::File::create(&annotated).map_err(|e| {
+                    Error::new(format!("failed to write {}: {e}", annotated.display()))
+                })?;
+                let mut w = std::io::BufWriter::new(file);
+                report::perfetto::write_file(&report, &trace, &mut w)
+            });
+            match written {
+                Ok(()) => eprintln!("tensight: annotated trace {}", annotated.display()),
+                Err(e) => eprintln!("warning: {}", e.message),
+            }
+            text
+        }
     };
     write_stdout(&shown)?;
     eprintln!(
