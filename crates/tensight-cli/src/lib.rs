@@ -5,6 +5,7 @@
 //! (`tensight analyze x | head`) exits 0.
 
 mod demo;
+mod diff;
 mod output;
 mod run;
 
@@ -24,7 +25,7 @@ use tensight::rules::{self, Severity};
 how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
 and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
 `tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
-    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight rules S001"
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight rules S001"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -80,6 +81,10 @@ enum Command {
         after_help = "Example:\n  tensight bench --model resnet50 --batch-size 32 --steps 20 --amp"
     )]
     Bench(run::BenchArgs),
+    /// Compare two runs (bundles or traces): step time, GPU busy, findings resolved or
+    /// new, the kernels and ops that changed most.
+    #[command(after_help = diff::AFTER_HELP)]
+    Diff(diff::DiffArgs),
     /// Analyze real profiles recorded on an NVIDIA H200 that ship with tensight.
     Demo {
         /// Which demo (default: resnet50, followed by a line for each of the others).
@@ -181,6 +186,7 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => run::bench(args),
+        Command::Diff(args) => diff::run(args),
         Command::Analyze {
             path,
             et,

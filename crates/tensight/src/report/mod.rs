@@ -3,9 +3,11 @@
 //! Input: a [`Report`] (the profile's facts, the metrics, the diagnosis, the import
 //! warnings and counters). Output: text. One file per format: [`terminal`] (colour
 //! only when asked; readable at 80 columns), [`json`] (documented, versioned
-//! schema) and [`perfetto`] (the original trace annotated with the findings). Rendering never computes metrics; it only formats them. Output is
+//! schema), [`perfetto`] (the original trace annotated with the findings) and [`diff`]
+//! (two runs compared, [`crate::compare`]). Rendering never computes metrics; it only formats them. Output is
 //! deterministic: no wall-clock time, sorted collections.
 
+pub mod diff;
 pub mod forest;
 pub mod json;
 pub mod perfetto;
