@@ -60,7 +60,8 @@ struct RecordArgs {
     /// Bundle folder to create (new or empty); default ./tensight-runs/run-NNN.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Format of the report on stdout (the bundle gets report.txt and report.json).
+    /// Format of the report on stdout (the bundle gets report.txt and report.json;
+    /// with perfetto also annotated.json, the trace with the findings, and stdout the text).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Then run the program a second time under Nsight Compute (`ncu` on PATH or

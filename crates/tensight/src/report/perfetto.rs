@@ -31,7 +31,7 @@
 //!   rule, title, severity, estimated saving, estimate, message, fixes;
 //! - an instant event (`i`, thread scope) on each op's and kernel's own track at every
 //!   occurrence a finding names (at most [`MAX_MARKS`] per finding);
-//! - flow arrows (`s` on the finding's slice, `f` with `bp: "e"` on the op or kernel)
+//! - flow arrows (`s` in the finding's slice, `f` with `bp: "e"` at the op or kernel)
 //!   from each step's finding slice to the first occurrences it names in that step (at
 //!   most [`MAX_FLOWS_PER_STEP`] per step).
 //!
@@ -415,6 +415,9 @@ fn finding_events(
             _ => continue,
         };
         ev.push(event("X", &name, pid, tid, a, Some(b - a), "", Some(&args)));
+        // Each arrow leaves from the middle of the slice (inside it whatever the order
+        // a viewer gives events of equal time) and ends on the op or kernel it names.
+        let from = a + (b - a) / 2;
         for target in inside.iter().take(MAX_FLOWS_PER_STEP) {
             let id = *flow_id;
             *flow_id += 1;
@@ -423,7 +426,7 @@ fn finding_events(
                 f.code,
                 pid,
                 tid,
-                a,
+                from,
                 None,
                 &format!("\"id\": {id}"),
                 None,
