@@ -30,6 +30,48 @@ fn ours(v: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// What a trace viewer needs of tensight's events: a phase; a time on all but metadata;
+/// a duration on slices; pid and tid that fit 32 bits (Perfetto reads them so); and the
+/// slices of each of tensight's tracks disjoint (a viewer drops slices that overlap
+/// without nesting).
+fn check_viewable(added: &[&Value]) {
+    let mut tracks: std::collections::BTreeMap<(u64, u64), Vec<(f64, f64)>> = Default::default();
+    for e in added {
+        let ph = e["ph"].as_str().expect("a phase");
+        let pid = e["pid"].as_u64().expect("a numeric pid");
+        let tid = e["tid"].as_u64().expect("a numeric tid");
+        assert!(pid <= u32::MAX as u64 && tid <= u32::MAX as u64, "{e}");
+        if ph == "M" {
+            continue;
+        }
+        let ts = e["ts"].as_f64().expect("a time");
+        if ph == "X" {
+            let dur = e["dur"].as_f64().expect("a duration");
+            assert!(dur >= 0.0, "{e}");
+            tracks.entry((pid, tid)).or_default().push((ts, ts + dur));
+        }
+    }
+    let ours: Vec<u64> = added
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    for ((pid, tid), mut slices) in tracks {
+        if !ours.contains(&pid) {
+            continue;
+        }
+        slices.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in slices.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1 - 1e-3,
+                "track {pid}/{tid}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+}
+
 /// The diagnosis, less what names the input file.
 fn diagnosis(r: &tensight::report::Report) -> Value {
     json::to_value(r)["diagnosis"].clone()
@@ -58,6 +100,7 @@ fn a_gzip_trace_annotated_keeps_its_events_adds_findings_and_reads_back_the_same
     let all = v["traceEvents"].as_array().unwrap();
     let added = ours(&v);
     assert_eq!(all.len() - added.len(), original_events(&path));
+    check_viewable(&added);
     // The top-level facts of the original are still there.
     assert_eq!(v["deviceProperties"][0]["name"], "NVIDIA H200");
 
@@ -142,6 +185,7 @@ fn a_bundle_annotated_is_its_trace_with_the_bundles_findings() {
         v["traceEvents"].as_array().unwrap().len() - ours(&v).len(),
         original_events(&path)
     );
+    check_viewable(&ours(&v));
     let v001 = ours(&v)
         .into_iter()
         .filter(|e| e["ph"] == "X" && e["args"]["code"] == "V001")

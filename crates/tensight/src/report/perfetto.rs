@@ -410,7 +410,9 @@ fn finding_events(
             .filter(|x| x.ts_ns >= st.start_ns && x.ts_ns < end)
             .collect();
         let (a, b) = match (inside.first(), inside.iter().map(|x| x.end_ns).max()) {
-            (Some(first), Some(last)) => (first.ts_ns, last.max(first.ts_ns + 1)),
+            // Cut at the step's end: slices of one track must not overlap (a kernel
+            // launched late in a step may end in the next).
+            (Some(first), Some(last)) => (first.ts_ns, last.min(end).max(first.ts_ns + 1)),
             _ if places.is_empty() => (st.start_ns, end),
             _ => continue,
         };
