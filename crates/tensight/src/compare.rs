@@ -306,7 +306,8 @@ fn kernel_times(r: &Report) -> PerStep {
     out
 }
 
-/// GPU time per step of the work each outermost op launched, by op name.
+/// GPU time per step of the work each outermost op launched, by op name (work that
+/// only an annotation encloses is left out: its name changes every step).
 fn op_times(r: &Report) -> PerStep {
     let p = &r.profile;
     let n = steps(r);
@@ -316,6 +317,10 @@ fn op_times(r: &Report) -> PerStep {
         let g = &p.gpu[gi as usize];
         let Some(op) = g.op else { continue };
         let top = p.top_level_op(op);
+        // Work launched under an annotation only (a `ProfilerStep#N`) has no op.
+        if p.ops[top as usize].kind != crate::model::OpKind::Op {
+            continue;
+        }
         let e = out.entry(p.ops[top as usize].name.to_string()).or_default();
         e.0 += g.dur_ns as f64 / 1e6 / n;
         if seen.insert(top) {
