@@ -160,6 +160,15 @@ fn a_gzip_trace_annotated_keeps_its_events_adds_findings_and_reads_back_the_same
 
     // Read back: the same diagnosis; the added events counted, not analysed.
     let back = tensight::analyze_bytes("annotated.json", &out).expect("reads back");
+
+    // Annotated again: the earlier annotation is replaced, not doubled.
+    let mut again = Vec::new();
+    perfetto::write_bytes(&back, &out, &mut again).expect("annotates again");
+    let twice: Value = serde_json::from_slice(&again).expect("valid JSON");
+    assert_eq!(ours(&twice).len(), added.len());
+    assert_eq!(twice["traceEvents"].as_array().unwrap().len(), all.len());
+    let headers = |b: &[u8]| b.windows(12).filter(|w| w == b"\"tensight\": ").count();
+    assert_eq!(headers(&again), 1);
     assert_eq!(diagnosis(&back), diagnosis(&report));
     let counted = back
         .profile

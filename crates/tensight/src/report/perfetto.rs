@@ -11,7 +11,9 @@
 //! inserted first (`"tensight": {"annotation_version", "tensight_version", "input",
 //! "findings"}`, ignored by trace viewers; it marks the file as tensight's output) and
 //! tensight's events appended at the end of its `traceEvents` array. A bare event array
-//! (`[...]`, which the reader also accepts) is wrapped in `{"traceEvents": [...]}`.
+//! (`[...]`, which the reader also accepts) is wrapped in `{"traceEvents": [...]}`. An
+//! annotated trace annotated again loses its earlier annotation (header and events), so
+//! tracks are never doubled.
 //!
 //! The added events all have `"cat": "tensight"` ([`TENSIGHT_CATEGORY`]), so tensight's
 //! reader counts them (`tensight_event`) and skips them: an annotated trace loads back
@@ -105,8 +107,19 @@ pub fn write_json(report: &Report, json: &[u8], out: &mut dyn Write) -> Result<(
             out.write_all(b"{").map_err(io)?;
             out.write_all(header.as_bytes()).map_err(io)?;
             out.write_all(b",").map_err(io)?;
-            out.write_all(&json[start + 1..close]).map_err(io)?;
-            write_events(out, &events, has_elements(json, open, close)).map_err(io)?;
+            match earlier_annotation(json, start) {
+                // An annotated trace annotated again: its earlier header and events
+                // are left out, so the tracks are not doubled.
+                Some(rest) => {
+                    out.write_all(&json[rest..open + 1]).map_err(io)?;
+                    let kept = copy_without_ours(json, open, close, out).map_err(io)?;
+                    write_events(out, &events, kept).map_err(io)?;
+                }
+                None => {
+                    out.write_all(&json[start + 1..close]).map_err(io)?;
+                    write_events(out, &events, has_elements(json, open, close)).map_err(io)?;
+                }
+            }
             out.write_all(&json[close..]).map_err(io)?;
         }
         Some(b'[') => {
@@ -157,6 +170,58 @@ fn events_array(
         None
     })?;
     Ok(found)
+}
+
+/// When the object at `start` opens with an earlier annotation's `"tensight"` member
+/// (this writer's output), the offset of the member after it.
+fn earlier_annotation(json: &[u8], start: usize) -> Option<usize> {
+    let key = scan::skip_ws(json, start + 1);
+    let rest = json.get(key..)?;
+    if !rest.starts_with(b"\"tensight\"") {
+        return None;
+    }
+    let colon = scan::skip_ws(json, key + "\"tensight\"".len());
+    if json.get(colon) != Some(&b':') {
+        return None;
+    }
+    let end = scan::value_end(json, scan::skip_ws(json, colon + 1)).ok()?;
+    let comma = scan::skip_ws(json, end);
+    (json.get(comma) == Some(&b',')).then(|| scan::skip_ws(json, comma + 1))
+}
+
+/// One of the events this writer adds (it writes them all with this opening).
+fn is_ours(event: &[u8]) -> bool {
+    let head = &event[..event.len().min(48)];
+    head.starts_with(b"{\"ph\": \"")
+        && memchr::memmem::find(head, b"\"cat\": \"tensight\"").is_some()
+}
+
+/// Copy the elements of the array between `open` and `close` that are not ours, comma
+/// separated; returns whether any was written.
+fn copy_without_ours(
+    json: &[u8],
+    open: usize,
+    close: usize,
+    out: &mut dyn Write,
+) -> std::io::Result<bool> {
+    let mut wrote = false;
+    let mut i = scan::skip_ws(json, open + 1);
+    while i < close {
+        let Ok(end) = scan::value_end(json, i) else {
+            break;
+        };
+        let end = end.min(close);
+        if !is_ours(&json[i..end]) {
+            out.write_all(if wrote { b",\n" } else { b"\n" })?;
+            out.write_all(&json[i..end])?;
+            wrote = true;
+        }
+        i = scan::skip_ws(json, end);
+        if json.get(i) == Some(&b',') {
+            i = scan::skip_ws(json, i + 1);
+        }
+    }
+    Ok(wrote)
 }
 
 /// Whether the array between `open` and `close` holds an element (so ours need a comma).
