@@ -45,7 +45,7 @@ use crate::read::kineto::TENSIGHT_CATEGORY;
 use crate::read::scan;
 use crate::rules::Finding;
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -374,7 +374,8 @@ fn events(r: &Report) -> Vec<String> {
         ));
     }
     let mut flow_id = FLOW_ID_BASE;
-    for (rank, f) in r.diagnosis.findings.iter().enumerate() {
+    let places = places(r);
+    for ((rank, f), places) in r.diagnosis.findings.iter().enumerate().zip(&places) {
         let tid = FIRST_FINDING_TID + rank as i64;
         let track = format!("#{} {} {}", rank + 1, f.code, f.title);
         ev.push(metadata("thread_name", pid, tid, json!(track)));
@@ -384,60 +385,71 @@ fn events(r: &Report) -> Vec<String> {
             tid,
             json!(2 + rank as i64),
         ));
-        finding_events(r, f, pid, tid, &mut flow_id, &mut ev);
+        finding_events(r, f, places, (pid, tid), &mut flow_id, &mut ev);
     }
     ev
 }
 
-/// The places, in the analysed steps, of the ops and kernels `f` names, by time.
-fn places(r: &Report, f: &Finding) -> Vec<Place> {
+/// Per finding, the places in the analysed steps of the ops and kernels it names, by
+/// time: one pass over the model for all findings.
+fn places(r: &Report) -> Vec<Vec<Place>> {
     let p = &r.profile;
-    let ops: HashSet<&str> = f.locations.iter().filter_map(|l| l.op.as_deref()).collect();
-    let kernels: HashSet<&str> = f
-        .locations
-        .iter()
-        .filter_map(|l| l.kernel.as_deref())
-        .collect();
+    let findings = &r.diagnosis.findings;
+    let mut ops: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut kernels: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, f) in findings.iter().enumerate() {
+        for l in &f.locations {
+            if let Some(o) = l.op.as_deref() {
+                ops.entry(o).or_default().push(i);
+            }
+            if let Some(k) = l.kernel.as_deref() {
+                kernels.entry(k).or_default().push(i);
+            }
+        }
+    }
+    for v in ops.values_mut().chain(kernels.values_mut()) {
+        v.dedup();
+    }
     let (lo, hi) = match (p.steps.first(), p.steps.last()) {
         (Some(a), Some(b)) => (a.start_ns, b.end_ns),
         _ => (p.meta.start_ns, p.meta.end_ns),
     };
-    let mut out = Vec::new();
+    let mut out = vec![Vec::new(); findings.len()];
     if !ops.is_empty() {
-        out.extend(
-            p.ops
-                .iter()
-                .filter(|o| o.ts_ns >= lo && o.ts_ns < hi && ops.contains(&*o.name))
-                .map(|o| Place {
+        for o in p.ops.iter().filter(|o| o.ts_ns >= lo && o.ts_ns < hi) {
+            for &i in ops.get(&*o.name).into_iter().flatten() {
+                out[i].push(Place {
                     pid: o.pid,
                     tid: o.tid,
                     ts_ns: o.ts_ns,
                     end_ns: o.end_ns(),
-                }),
-        );
+                });
+            }
+        }
     }
     if !kernels.is_empty() {
-        out.extend(
-            p.gpu
-                .iter()
-                .filter(|g| g.ts_ns >= lo && g.ts_ns < hi && kernels.contains(&*g.name))
-                .map(|g| Place {
+        for g in p.gpu.iter().filter(|g| g.ts_ns >= lo && g.ts_ns < hi) {
+            for &i in kernels.get(&*g.name).into_iter().flatten() {
+                out[i].push(Place {
                     pid: g.device,
                     tid: g.stream,
                     ts_ns: g.ts_ns,
                     end_ns: g.end_ns(),
-                }),
-        );
+                });
+            }
+        }
     }
-    out.sort_by_key(|x| (x.ts_ns, x.pid, x.tid));
+    for v in &mut out {
+        v.sort_by_key(|x| (x.ts_ns, x.pid, x.tid));
+    }
     out
 }
 
 fn finding_events(
     r: &Report,
     f: &Finding,
-    pid: i64,
-    tid: i64,
+    places: &[Place],
+    (pid, tid): (i64, i64),
     flow_id: &mut u64,
     ev: &mut Vec<String>,
 ) {
@@ -453,7 +465,6 @@ fn finding_events(
         "fixes": f.fixes,
     });
     let name = format!("{} {}", f.code, f.title);
-    let places = places(r, f);
     for (i, pl) in places.iter().take(MAX_MARKS).enumerate() {
         let mark = json!({"finding": f.code, "rank": i});
         ev.push(event(
@@ -470,9 +481,10 @@ fn finding_events(
     let steps = &r.metrics.timeline.steps;
     for st in steps {
         let end = st.start_ns + st.dur_ns;
-        let inside: Vec<&Place> = places
+        let first = places.partition_point(|x| x.ts_ns < st.start_ns);
+        let inside: Vec<&Place> = places[first..]
             .iter()
-            .filter(|x| x.ts_ns >= st.start_ns && x.ts_ns < end)
+            .take_while(|x| x.ts_ns < end)
             .collect();
         let (a, b) = match (inside.first(), inside.iter().map(|x| x.end_ns).max()) {
             // Cut at the step's end: slices of one track must not overlap (a kernel
