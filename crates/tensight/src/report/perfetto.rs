@@ -224,10 +224,15 @@ fn copy_without_ours(
     Ok(wrote)
 }
 
-/// Whether the array between `open` and `close` holds an element (so ours need a comma).
+/// Whether ours, appended before `close`, need a comma: the array opened at `open` holds
+/// an element and does not end with a comma already (the reader tolerates one).
 fn has_elements(json: &[u8], open: usize, close: usize) -> bool {
     let i = scan::skip_ws(json, open + 1);
-    i < close && json[i] != b']'
+    let last = json[open + 1..close]
+        .iter()
+        .rposition(|b| !matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        .map(|k| json[open + 1 + k]);
+    i < close && json[i] != b']' && last != Some(b',')
 }
 
 fn write_events(out: &mut dyn Write, events: &[String], after: bool) -> std::io::Result<()> {
@@ -527,6 +532,13 @@ fn finding_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trailing_comma_is_not_doubled() {
+        assert!(has_elements(b"[{}]", 0, 3));
+        assert!(!has_elements(b"[{}, ]", 0, 5));
+        assert!(!has_elements(b"[ ]", 0, 2));
+    }
 
     #[test]
     fn microseconds_are_written_exactly() {
