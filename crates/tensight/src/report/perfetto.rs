@@ -26,11 +26,13 @@
 //!   GPU idle by cause);
 //! - track `GPU idle by cause`: an `X` slice per idle gap inside the steps, named by its
 //!   main cause (`idle: sync`, `idle: cpu`, `idle: transfer`, `idle: data_loader`, so
-//!   each cause gets its own colour), with the breakdown in args;
+//!   each cause gets its own colour in Perfetto; chrome://tracing gets a `cname`), with
+//!   the breakdown in args;
 //! - one track per finding, largest saving first (`#1 S001 Host sync inside the step`):
 //!   per step, an `X` slice from the first to the last op or kernel the finding names
 //!   in that step (the whole step when it names none that the trace holds), args: code,
-//!   rule, title, severity, estimated saving, estimate, message, fixes;
+//!   rule, title, severity, estimated saving, estimate, message, fixes (coloured by
+//!   severity in chrome://tracing);
 //! - an instant event (`i`, thread scope) on each op's and kernel's own track at every
 //!   occurrence a finding names (at most [`MAX_MARKS`] per finding);
 //! - flow arrows (`s` in the finding's slice, `f` with `bp: "e"` at the op or kernel)
@@ -366,15 +368,16 @@ fn events(r: &Report) -> Vec<String> {
         let Some(idle) = m.timeline.gap_idle.get(i) else {
             break;
         };
-        let name = format!("idle: {}", idle.main_cause());
+        let cause = idle.main_cause();
+        let colour = format!("\"cname\": \"{}\"", idle_colour(cause));
         ev.push(event(
             "X",
-            &name,
+            &format!("idle: {cause}"),
             pid,
             IDLE_TID,
             a,
             Some(b - a),
-            "",
+            &colour,
             Some(&idle_args(idle)),
         ));
     }
@@ -393,6 +396,29 @@ fn events(r: &Report) -> Vec<String> {
         finding_events(r, f, places, (pid, tid), &mut flow_id, &mut ev);
     }
     ev
+}
+
+/// chrome://tracing's colour (a reserved `cname`) for idle time of `cause` (Perfetto
+/// colours by name, and each cause has its own name).
+fn idle_colour(cause: &str) -> &'static str {
+    match cause {
+        "sync" => "terrible",
+        "transfer" => "olive",
+        "data_loader" => "yellow",
+        _ => "bad",
+    }
+}
+
+/// chrome://tracing's colour for a finding of severity `s`.
+fn severity_colour(s: crate::rules::Severity) -> &'static str {
+    use crate::rules::Severity::*;
+    match s {
+        Critical => "terrible",
+        Severe => "bad",
+        Moderate => "yellow",
+        Low => "olive",
+        Info => "grey",
+    }
 }
 
 /// Per finding, the places in the analysed steps of the ops and kernels it names, by
@@ -470,6 +496,7 @@ fn finding_events(
         "fixes": f.fixes,
     });
     let name = format!("{} {}", f.code, f.title);
+    let colour = format!("\"cname\": \"{}\"", severity_colour(f.severity));
     for (i, pl) in places.iter().take(MAX_MARKS).enumerate() {
         let mark = json!({"finding": f.code, "rank": i});
         ev.push(event(
@@ -498,7 +525,16 @@ fn finding_events(
             _ if places.is_empty() => (st.start_ns, end),
             _ => continue,
         };
-        ev.push(event("X", &name, pid, tid, a, Some(b - a), "", Some(&args)));
+        ev.push(event(
+            "X",
+            &name,
+            pid,
+            tid,
+            a,
+            Some(b - a),
+            &colour,
+            Some(&args),
+        ));
         // Each arrow leaves from the middle of the slice (inside it whatever the order
         // a viewer gives events of equal time) and ends on the op or kernel it names.
         let from = a + (b - a) / 2;
