@@ -90,6 +90,11 @@ pub fn find(name: &str) -> Option<&'static Demo> {
 }
 
 impl Demo {
+    /// Its Kineto trace, as embedded (gzip).
+    pub fn trace(&self) -> &'static [u8] {
+        self.trace
+    }
+
     /// Analyse it.
     pub fn report(&self) -> tensight::Result<Report> {
         let label = format!(

@@ -5,6 +5,7 @@
 //! (`tensight analyze x | head`) exits 0.
 
 mod demo;
+mod diff;
 mod output;
 mod run;
 
@@ -24,7 +25,7 @@ use tensight::rules::{self, Severity};
 how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
 and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
 `tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
-    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight rules S001"
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight rules S001"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -80,6 +81,10 @@ enum Command {
         after_help = "Example:\n  tensight bench --model resnet50 --batch-size 32 --steps 20 --amp"
     )]
     Bench(run::BenchArgs),
+    /// Compare two runs (bundles or traces): step time, GPU busy, findings resolved or
+    /// new, the kernels and ops that changed most.
+    #[command(after_help = diff::AFTER_HELP)]
+    Diff(diff::DiffArgs),
     /// Analyze real profiles recorded on an NVIDIA H200 that ship with tensight.
     Demo {
         /// Which demo (default: resnet50, followed by a line for each of the others).
@@ -129,6 +134,9 @@ enum Format {
     Text,
     /// The documented JSON schema (see `schema_version`).
     Json,
+    /// The original trace with the findings added as tracks, slices and flow arrows
+    /// (Chrome trace JSON: open it in ui.perfetto.dev or chrome://tracing).
+    Perfetto,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -178,6 +186,7 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => run::bench(args),
+        Command::Diff(args) => diff::run(args),
         Command::Analyze {
             path,
             et,
@@ -218,7 +227,14 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                 emit_forest(&report, ff, &out, &inputs)?;
                 return Ok(0);
             }
-            emit(&report, &out, &inputs)?;
+            if out.format == Format::Perfetto {
+                let trace = tensight::read::resolve(&path)?;
+                emit_perfetto(&out, &inputs, |w| {
+                    report::perfetto::write_file(&report, &trace, w)
+                })?;
+            } else {
+                emit(&report, &out, &inputs)?;
+            }
             let threshold = fail_on.as_deref().and_then(Severity::parse);
             Ok(match threshold {
                 Some(t) if report.diagnosis.findings.iter().any(|f| f.severity >= t) => 1,
@@ -232,6 +248,12 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                 .and_then(demo::find)
                 .unwrap_or(&demo::DEMOS[0]);
             let report = demo.report()?;
+            if out.format == Format::Perfetto {
+                emit_perfetto(&out, &[], |w| {
+                    report::perfetto::write_bytes(&report, demo.trace(), w)
+                })?;
+                return Ok(0);
+            }
             emit(&report, &out, &[])?;
             if name.is_none() && out.format == Format::Text && out.output.is_none() {
                 write_stdout(&demo::others(demo.name))?;
@@ -289,9 +311,36 @@ fn emit_forest(
     write_out(&text, out, inputs)
 }
 
+/// Write output produced as it goes (the annotated trace) to `-o FILE` or stdout.
+fn emit_perfetto(
+    out: &OutputArgs,
+    inputs: &[PathBuf],
+    produce: impl FnOnce(&mut dyn Write) -> tensight::Result<()>,
+) -> tensight::Result<()> {
+    match &out.output {
+        Some(path) => {
+            output::write_with(path, inputs, out.force, produce)?;
+            eprintln!(
+                "tensight: annotated trace written to {} (open it in https://ui.perfetto.dev)",
+                tensight::text::shown(&path.display().to_string())
+            );
+            Ok(())
+        }
+        None => {
+            let mut w = output::Stdout::default();
+            produce(&mut w)
+        }
+    }
+}
+
 fn emit(report: &Report, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Result<()> {
     let text = match out.format {
         Format::Json => report::json::render(report),
+        Format::Perfetto => {
+            return Err(tensight::Error::new(
+                "--format perfetto annotates a trace: use it with `tensight analyze` or `tensight demo`",
+            ))
+        }
         Format::Text => {
             let color = out.output.is_none() && use_color(out.color);
             report::terminal::render(
@@ -340,6 +389,11 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
         None => rules::REGISTRY.iter().collect(),
     };
     Ok(match format {
+        Format::Perfetto => {
+            return Err(tensight::Error::new(
+                "`tensight rules` prints text or json, not perfetto",
+            ))
+        }
         Format::Json => {
             let v: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
             let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();

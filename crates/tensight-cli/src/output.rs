@@ -4,7 +4,8 @@
 //!   ncu CSV, detail trace), `--et` and `--ncu`, compared by device and inode, so a hard
 //!   link or a symbolic link to an input is caught too.
 //! - An existing file is replaced without asking only when it is an earlier tensight
-//!   report (text, JSON or a tensor forest); anything else needs `--force`. A symbolic
+//!   report (text, JSON, a tensor forest, an annotated trace or a diff); anything else
+//!   needs `--force`. A symbolic
 //!   link is replaced itself (never followed); a directory, FIFO or device is refused.
 //! - The text goes to a new temporary file beside the target (created exclusively, so
 //!   never through a planted link), then renamed into place: an interrupted write never
@@ -64,6 +65,31 @@ pub fn write(target: &Path, text: &str, inputs: &[PathBuf], force: bool) -> tens
         .map_err(|e| Error::new(format!("failed to write the report to {name}: {e}")))
 }
 
+/// [`write`] for output produced as it goes (an annotated trace): `produce` writes into
+/// the temporary file, which is renamed into place only when it succeeds.
+pub fn write_with(
+    target: &Path,
+    inputs: &[PathBuf],
+    force: bool,
+    produce: impl FnOnce(&mut dyn Write) -> tensight::Result<()>,
+) -> tensight::Result<()> {
+    check(target, inputs, force)?;
+    let name = shown(&target.display().to_string());
+    let mut failed = None;
+    let done = write_atomically_with(target, |file| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        if let Err(e) = produce(&mut w) {
+            failed = Some(e);
+            return Err(std::io::Error::other("not produced"));
+        }
+        w.flush()
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    done.map_err(|e| Error::new(format!("failed to write the report to {name}: {e}")))
+}
+
 /// Whether `target` may be written (the rules in the module doc), as an error if not.
 pub fn check(target: &Path, inputs: &[PathBuf], force: bool) -> tensight::Result<()> {
     let name = shown(&target.display().to_string());
@@ -117,6 +143,8 @@ pub fn is_report(path: &Path) -> bool {
     head.truncate(n);
     let head = String::from_utf8_lossy(&head);
     if head.contains("GPU PERFORMANCE DIAGNOSIS REPORT")
+        || head.starts_with("{\"tensight\": {\"annotation_version\":")
+        || head.starts_with("TENSIGHT DIFF")
         || head.starts_with("Tensor forest of ")
         || head.starts_with("digraph tensor_forest {")
     {
@@ -143,6 +171,14 @@ fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
 
 /// Write to a fresh temporary file in the target's folder, then rename it over the target.
 fn write_atomically(target: &Path, text: &str) -> std::io::Result<()> {
+    write_atomically_with(target, |f| f.write_all(text.as_bytes()))
+}
+
+/// [`write_atomically`] with the content written by `produce`.
+fn write_atomically_with(
+    target: &Path,
+    produce: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -169,12 +205,55 @@ fn write_atomically(target: &Path, text: &str) -> std::io::Result<()> {
             Err(e) => return Err(e),
         }
     };
-    let done = file
-        .write_all(text.as_bytes())
+    let done = produce(&mut file)
         .and_then(|_| file.sync_all())
         .and_then(|_| std::fs::rename(&tmp, target));
     if done.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     done
+}
+
+/// Standard output for output produced as it goes: buffered, and a closed pipe
+/// (`tensight analyze x --format perfetto | head`) ends the output quietly instead of
+/// failing.
+pub struct Stdout {
+    inner: std::io::BufWriter<std::io::StdoutLock<'static>>,
+    closed: bool,
+}
+
+impl Default for Stdout {
+    fn default() -> Self {
+        Stdout {
+            inner: std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock()),
+            closed: false,
+        }
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        match self.inner.write_all(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(buf.len())
+            }
+            r => r.map(|_| buf.len()),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.inner.flush() {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            r => r,
+        }
+    }
 }

@@ -60,7 +60,8 @@ struct RecordArgs {
     /// Bundle folder to create (new or empty); default ./tensight-runs/run-NNN.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Format of the report on stdout (the bundle gets report.txt and report.json).
+    /// Format of the report on stdout (the bundle gets report.txt and report.json;
+    /// with perfetto also annotated.json, the trace with the findings, and stdout the text).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Then run the program a second time under Nsight Compute (`ncu` on PATH or
@@ -224,6 +225,22 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
             },
         ),
         Format::Text => text,
+        Format::Perfetto => {
+            // The annotated trace goes beside the reports; stdout gets the text report.
+            let annotated = dir.join("annotated.json");
+            let written = tensight::read::resolve(dir).and_then(|trace| {
+                let file = std::fs::File::create(&annotated).map_err(|e| {
+                    Error::new(format!("failed to write {}: {e}", annotated.display()))
+                })?;
+                let mut w = std::io::BufWriter::new(file);
+                report::perfetto::write_file(&report, &trace, &mut w)
+            });
+            match written {
+                Ok(()) => eprintln!("tensight: annotated trace {}", annotated.display()),
+                Err(e) => eprintln!("warning: {}", e.message),
+            }
+            text
+        }
     };
     write_stdout(&shown)?;
     eprintln!(

@@ -3,10 +3,13 @@
 //! Data flows one way: [`read`] (trace bytes → [`model::Profile`]) → [`analysis`]
 //! (per-step metrics, FLOPs, roofline, the shared measurements rules read) → [`rules`]
 //! (each rule's findings) → [`diagnosis`] (the findings ranked by estimated saving) →
-//! [`report`] (terminal, JSON). Nothing imports a later stage. No PyO3 and no CLI here:
+//! [`report`] (terminal, JSON, annotated trace). [`compare`] sets two diagnoses side
+//! by side (`tensight diff`), for [`report::diff`] to render. Nothing imports a later
+//! stage. No PyO3 and no CLI here:
 //! those live in the `tensight-py` and `tensight-cli` crates.
 
 pub mod analysis;
+pub mod compare;
 pub mod diagnosis;
 pub mod error;
 #[doc(hidden)]

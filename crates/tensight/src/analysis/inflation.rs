@@ -56,6 +56,14 @@ pub fn unprofiled_step(
     profiled_step_ms: f64,
     gpu_busy_ms: f64,
 ) -> Option<(f64, &'static str)> {
+    let (u, source) = unprofiled_timing(p, gpu_busy_ms)?;
+    (profiled_step_ms >= MIN_INFLATION * u).then_some((u, source))
+}
+
+/// The step time of `p`'s bundle without the profiler, ms (the median of the warm-up
+/// steps), and how it was timed (`cuda_events` or `host_clock`), whatever the
+/// profiler's slowdown; `None` without a bundle's timing.
+pub fn unprofiled_timing(p: &Profile, gpu_busy_ms: f64) -> Option<(f64, &'static str)> {
     let t = &p.bundle.as_ref()?.timing;
     let (u, source) = match super::median_ms(&t.step_ms_unprofiled_gpu) {
         Some(u) => (u, "cuda_events"),
@@ -66,7 +74,7 @@ pub fn unprofiled_step(
             "host_clock",
         ),
     };
-    (u > 0.0 && profiled_step_ms >= MIN_INFLATION * u).then_some((u, source))
+    (u > 0.0).then_some((u, source))
 }
 
 /// The profiler's cost in `p`'s analysed steps, when a bundle timed them unprofiled and

@@ -43,6 +43,20 @@ pub struct IdleBreakdown {
 }
 
 impl IdleBreakdown {
+    /// The cause holding most of this idle time: `sync`, `cpu`, `transfer` or
+    /// `data_loader` (the names of the JSON report's `gpu_idle_ms` keys).
+    pub fn main_cause(&self) -> &'static str {
+        [
+            (self.sync_ns, "sync"),
+            (self.transfer_ns, "transfer"),
+            (self.data_loader_ns, "data_loader"),
+            (self.cpu_ns, "cpu"),
+        ]
+        .into_iter()
+        .max_by_key(|&(ns, _)| ns)
+        .map_or("cpu", |(_, c)| c)
+    }
+
     fn add(&mut self, o: &IdleBreakdown) {
         self.total_ns += o.total_ns;
         self.cpu_ns += o.cpu_ns;
@@ -167,6 +181,9 @@ pub struct Timeline {
     /// drained the GPU, or goes on from such a gap across a step's edge).
     #[serde(skip)]
     pub sync_drained: Vec<bool>,
+    /// Per idle gap: its idle time by cause (the parts the step's breakdown sums).
+    #[serde(skip)]
+    pub gap_idle: Vec<IdleBreakdown>,
 }
 
 /// Compute the timeline of every step.
@@ -233,6 +250,7 @@ pub fn timeline(p: &Profile) -> Timeline {
                 gaps.push((cursor, s.end_ns));
             }
             let mut drained = Vec::with_capacity(gaps.len());
+            let mut by_cause = Vec::with_capacity(gaps.len());
             for &(g0, g1) in &gaps {
                 let mut idle = IdleBreakdown {
                     total_ns: g1 - g0,
@@ -250,6 +268,7 @@ pub fn timeline(p: &Profile) -> Timeline {
                     idle.cpu_ns = idle.total_ns - idle.transfer_ns - idle.data_loader_ns;
                 }
                 m.idle.add(&idle);
+                by_cause.push(idle);
             }
             // Sync points of this step; `to_edge`: those idle until the step's end.
             let mut step_syncs = Vec::new();
@@ -283,7 +302,7 @@ pub fn timeline(p: &Profile) -> Timeline {
             (
                 (lo, hi),
                 m,
-                (gaps, drained),
+                (gaps, drained, by_cause),
                 step_syncs,
                 to_edge,
                 (busy, s.end_ns),
@@ -312,6 +331,7 @@ pub fn timeline(p: &Profile) -> Timeline {
         t.gpu_in_steps.extend(lo as u32..hi as u32);
         t.idle_gaps.extend(gaps.0);
         t.sync_drained.extend(gaps.1);
+        t.gap_idle.extend(gaps.2);
         t.syncs.extend(step_syncs);
         t.steps.push(m);
     }

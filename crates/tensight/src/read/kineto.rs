@@ -35,6 +35,11 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
+/// The category of the events tensight writes into an annotated trace
+/// (`analyze --format perfetto`); the reader counts them as `tensight_event` and skips
+/// them, so an annotated trace diagnoses like the original.
+pub const TENSIGHT_CATEGORY: &str = "tensight";
+
 /// Input bytes per parallel work item.
 const BLOCK_BYTES: usize = 4 << 20;
 
@@ -164,6 +169,14 @@ fn read_blocks(
     let mut rt_runs = Vec::with_capacity(chunks.len());
     let mut mem_runs = Vec::with_capacity(chunks.len());
     let mut procs: HashMap<i64, Process> = HashMap::new();
+    let tensight_events = |p: &Profile| {
+        p.counters
+            .counters
+            .iter()
+            .find(|c| c.name == "tensight_event")
+            .map_or(0, |c| c.count)
+    };
+    let annotations_before = tensight_events(profile);
     for c in chunks {
         op_runs.extend(c.ops.0.into_iter().map(|(_, v)| v));
         frame_runs.extend(c.frames.0.into_iter().map(|(_, v)| v));
@@ -188,6 +201,12 @@ fn read_blocks(
             }
         }
         profile.meta.rocm |= c.rocm;
+    }
+    let annotations = tensight_events(profile) - annotations_before;
+    if annotations > 0 {
+        warnings.push(format!(
+            "this trace was annotated by `tensight analyze --format perfetto`: its {annotations} added events (findings, steps, idle gaps) are for trace viewers and were not analysed"
+        ));
     }
     // Two halves of about equal size: ops (the biggest list), and the rest.
     let ((ops, frames), (gpu, runtime, ann, syncs, memory)) = rayon::join(
@@ -1072,6 +1091,17 @@ fn parse_element<'a>(
 const MALFORMED: &str = "events without a usable pid, tid, ts or dur; skipped";
 
 fn add_event<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_>) {
+    if ev.cat.as_deref() == Some(TENSIGHT_CATEGORY) {
+        // tensight's own annotations (`analyze --format perfetto`): counted, so a
+        // read-back shows them, and never analysed, so its diagnosis is the original's.
+        c.counters.add(
+            "tensight_event",
+            CounterSeverity::Info,
+            "events tensight added to an annotated trace (`analyze --format perfetto`): findings, steps, idle gaps; shown, not analysed",
+            1,
+        );
+        return;
+    }
     let ph = ev.ph.as_deref().unwrap_or("");
     match ph {
         "X" => add_complete(ev, c, names),

@@ -2,12 +2,15 @@
 //!
 //! Input: a [`Report`] (the profile's facts, the metrics, the diagnosis, the import
 //! warnings and counters). Output: text. One file per format: [`terminal`] (colour
-//! only when asked; readable at 80 columns) and [`json`] (documented, versioned
-//! schema). Rendering never computes metrics; it only formats them. Output is
+//! only when asked; readable at 80 columns), [`json`] (documented, versioned
+//! schema), [`perfetto`] (the original trace annotated with the findings) and [`diff`]
+//! (two runs compared, [`crate::compare`]). Rendering never computes metrics; it only formats them. Output is
 //! deterministic: no wall-clock time, sorted collections.
 
+pub mod diff;
 pub mod forest;
 pub mod json;
+pub mod perfetto;
 pub mod terminal;
 
 use crate::analysis::RunMetrics;

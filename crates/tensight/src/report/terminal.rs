@@ -110,7 +110,7 @@ fn wrap(text: &str, width: usize, indent: &str) -> String {
 /// continue it by `rest` (a label's value continuing under itself). A word longer than a
 /// line (a path, a kernel name) is cut across lines; past two lines it is cut short with
 /// an ellipsis.
-fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
+pub(crate) fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
     let mut out = String::new();
     for para in text.split('\n') {
         let hang = if para.starts_with("• ") { "  " } else { "" };
@@ -164,7 +164,7 @@ fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
 }
 
 /// Shorten long names (C++ kernel signatures) to `max` characters.
-fn short(name: &str, max: usize) -> String {
+pub(crate) fn short(name: &str, max: usize) -> String {
     // Drop the argument list of a C++ signature first.
     let cleaned = name.replace("(anonymous namespace)::", "");
     let mut s = cleaned.as_str();
