@@ -45,7 +45,7 @@ import torch
 from torch.profiler import ExecutionTraceObserver, profile, schedule
 
 from tensight import bundle as contract
-from tensight import profiling
+from tensight import prefetch, profiling
 from tensight.loops import Loop
 from tensight.profiling import quiet, say
 from tensight.steps import Mode, StepFinder
@@ -56,6 +56,10 @@ if TYPE_CHECKING:
 __all__ = ["Collector", "State", "install_from_env"]
 
 _active: Collector | None = None  # at most one collector per process
+#: Steps beyond the warm-up that a DataLoader's prefetch may hold the window back.
+PREFETCH_WAIT_MAX = 48
+#: Unprofiled steps timed after the prefetch drained, before the window.
+PREFETCH_TIMED = 3
 
 
 class State(Enum):
@@ -128,6 +132,8 @@ class Collector:
         self._excepthook: Any = None
         self._window_log_level: int | None = None
         self._told_busy = False
+        self._told_prefetch = False
+        self._timed_after_drain = 0  # unprofiled steps timed after a prefetch drained
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -139,6 +145,10 @@ class Collector:
             _active.abandon()
         _active = self
         profiling.watch_program_profilers(_yield_to_program)
+        try:
+            prefetch.install()
+        except Exception as e:  # noqa: BLE001 - a torch without the private class
+            say(f"DataLoader prefetch not followed ({type(e).__name__}: {e})")
         self.bundle.mkdir(parents=True, exist_ok=True)
         off = self.finder.install()
         if off:
@@ -168,6 +178,7 @@ class Collector:
         global _active
         self.enabled = self.finder.enabled = False
         self.finder.remove()
+        prefetch.uninstall()
         self._drop_window()
         self._stop_spec()
         self.spec = None
@@ -313,11 +324,16 @@ class Collector:
             self._stop_spec()
         if self.state is State.WAITING:
             learned = self.finder.learned
-            if self.t_last is not None and learned:
+            draining = self._prefetch_waits()
+            if draining:  # steps on prefetched batches are not the steady state: untimed
+                self.ms_unprofiled.clear()
+                self._gpu_marks.clear()
+            elif self.t_last is not None and learned:
                 self.ms_unprofiled.append((now - self.t_last) * 1e3)
             if learned:
                 self._gpu_mark()
-            if self.count >= self.warmup and not self.finder.forward_waits():
+            if (self.count >= self.warmup and not draining and not self.finder.forward_waits()
+                    and (len(self.ms_unprofiled) >= self._timed_after_drain or not learned)):
                 self._start_timed()
         elif self.state is State.WARMUP:
             profiling.drain_gpu()  # timed steps start with no GPU backlog
@@ -357,6 +373,21 @@ class Collector:
             self._finish_window()
             return
         self.t_last = time.perf_counter()
+
+    def _prefetch_waits(self) -> bool:
+        """Whether a DataLoader the steps take batches from still hands out what its
+        workers prefetched (:mod:`tensight.prefetch`): the warm-up goes on, up to
+        PREFETCH_WAIT_MAX steps beyond it; once drained, PREFETCH_TIMED more unprofiled
+        steps are timed before the window."""
+        if self.count - self.warmup >= PREFETCH_WAIT_MAX or self.t_last is None:
+            return False
+        left = prefetch.pending(self.t_last)
+        if left and not self._told_prefetch:
+            self._told_prefetch = True
+            self._timed_after_drain = min(PREFETCH_TIMED, max(self.warmup, 1))
+            say(f"warm-up goes on while the DataLoader hands out the {left} batches its "
+                "workers prefetched (steps on them would not show what loading costs)")
+        return left > 0
 
     def _gpu_mark(self) -> None:
         """A CUDA event at this warm-up boundary (a few µs; never a sync)."""
@@ -581,6 +612,7 @@ class Collector:
                 self.finished = True
                 self.enabled = self.finder.enabled = False
                 self.finder.remove()
+                prefetch.uninstall()
                 self._finalize_recording()
                 if _active is self:
                     _active = None

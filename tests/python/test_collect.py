@@ -200,6 +200,19 @@ def test_dataloader_workers_still_work(tmp_path: Path) -> None:
     assert m["program"]["status"] == "completed"
 
 
+def test_the_window_waits_for_a_dataloaders_prefetch_to_drain(tmp_path: Path) -> None:
+    # The first 4 steps take prefetched batches at once; in steady state each waits
+    # ~15 ms for the workers. A window among the prefetched steps would show no waiting.
+    got = collected(tmp_path / "b", "slow_loader.py", "24", steps=3, warmup=2)
+    assert_passthrough(got, plain("slow_loader.py", "24"))
+    assert "warm-up goes on while the DataLoader hands out the" in got.stderr, got.stderr
+    m = manifest(tmp_path / "b")
+    assert m["steps_recorded"] == 3 and m["program"]["status"] == "completed"
+    assert m["warmup_steps"] >= 4, m["warmup_steps"]  # 2 asked, then the prefetch drained
+    profiled = sorted(m["timing"]["step_ms_profiled"])
+    assert profiled[len(profiled) // 2] > 5.0, m["timing"]  # ~15 ms waiting; ~1 ms prefetched
+
+
 def test_inference_steps_are_top_level_forwards(tmp_path: Path) -> None:
     got = collected(tmp_path / "b", "infer.py", steps=3, warmup=2)
     assert_passthrough(got, plain("infer.py"))
