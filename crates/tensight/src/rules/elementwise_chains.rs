@@ -1,5 +1,5 @@
-//! G001 elementwise-chains: runs of short memory-bound kernels, one per op, that a
-//! compiler would fuse into one pass.
+//! G001 elementwise-chains: runs of memory-bound kernels, one per op, that a compiler
+//! would fuse into one pass.
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::kernels::{classify, KernelClass};
@@ -49,8 +49,9 @@ torch._foreach_mul_(params, 0.9)                   # lists of tensors: foreach o
 
 ## Thresholds
 A chain is at least 3 (`MIN_CHAIN`) consecutive kernels on one stream, each classified
-elementwise or reduction by name, each under 100 µs (`MAX_KERNEL_NS`), each linked to
-the op that launched it, with no copy or memset between them, no blocking sync and no
+elementwise or reduction by name, of any length (a pass over gigabytes costs
+milliseconds, and fusing removes whole passes of those too), each linked to the op that
+launched it, with no copy or memset between them, no blocking sync and no
 idle gap over 500 µs (`MAX_GAP_NS`) between two of them. Reported when the saving is at
 least 1% of the step (`MIN_SAVING_PCT`). Estimate per chain: the kernels' time less the
 longest kernel (a fused pass moves at least what the largest of them moves): the replay
@@ -69,8 +70,6 @@ chain's "saves up to".
 
 /// Kernels a chain needs.
 const MIN_CHAIN: usize = 3;
-/// A kernel must be shorter than this to count as short (ns).
-const MAX_KERNEL_NS: i64 = 100_000;
 /// An idle gap longer than this between two kernels ends the chain (ns).
 const MAX_GAP_NS: i64 = 500_000;
 /// Report when the saving is at least this share of the step (%).
@@ -144,7 +143,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
 
     let d = Draft {
         change: Some(change),
-        title: "Chains of small elementwise kernels could be fused".into(),
+        title: "Chains of elementwise kernels could be fused".into(),
         message: format!(
             "{:.1} chains per step of ≥{MIN_CHAIN} back-to-back elementwise/reduction kernels ({:.0} kernels, {} of GPU time per step, GPU idle {} between them); the most costly: {}",
             chains.len() as f64 / n,
@@ -238,7 +237,6 @@ fn chains(p: &Profile, idle_gaps: &[(i64, i64)]) -> Vec<Chain> {
                 let g = &p.gpu[gi as usize];
                 let fits = g.is_kernel()
                     && g.op.is_some()
-                    && g.dur_ns < MAX_KERNEL_NS
                     && matches!(
                         classify(&g.name),
                         KernelClass::Elementwise | KernelClass::Reduction
