@@ -17,8 +17,10 @@ pub mod host_work;
 pub mod inflation;
 pub mod kernels;
 pub mod migration;
+pub mod op_roofline;
 
 pub mod simulate;
+pub mod step_view;
 pub mod timeline;
 pub mod transfers;
 pub mod views;
@@ -53,6 +55,12 @@ pub struct RunMetrics {
     /// What held the GPU back: host-caused idle by what the host was doing before the
     /// launch that ended it, largest first.
     pub held_back: Vec<held_back::HeldBack>,
+    /// Each FLOP-counted op name on the roofline (modelled FLOPs and bytes, its kernels'
+    /// time), largest kernel time first: the points of the HTML report's roofline plot.
+    pub roofline_points: Vec<op_roofline::RooflinePoint>,
+    /// The median step laid out as lanes (host threads, syncs, GPU streams, idle gaps):
+    /// the HTML report's timeline. `None` without steps.
+    pub step_view: Option<step_view::StepView>,
 }
 
 /// The device and its ceilings.
@@ -297,8 +305,12 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         .and_then(|d| d.ceilings.as_ref())
         .and_then(|c| roofline(c, &compute, busy));
     let held_back = held_back::of(p, &timeline);
+    let roofline_points = op_roofline::points(p, &timeline);
+    let step_view = step_view::representative(p, &timeline);
     RunMetrics {
         held_back,
+        roofline_points,
+        step_view,
         device,
         summary,
         timeline,
@@ -500,26 +512,15 @@ fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
     let mut counted = vec![false; p.ops.len()];
     let mut by_dtype: HashMap<String, f64> = HashMap::new();
     let mut low = 0.0;
-    for (i, o) in p.ops.iter().enumerate() {
-        if o.kind != OpKind::Op || o.ts_ns < lo || o.ts_ns >= hi || !flops::has_formula(&o.name) {
-            continue;
-        }
-        if p.op_ancestors(i as u32)
-            .skip(1)
-            .any(|a| counted[a as usize])
-        {
-            continue;
-        }
-        if let Some(c) = flops::op_cost(o) {
-            counted[i] = true;
-            cs.flops += c.flops;
-            cs.flop_op_bytes += c.min_bytes;
-            *by_dtype
-                .entry(format!("{:?}", c.dtype).to_lowercase())
-                .or_default() += c.flops;
-            if c.dtype.is_low_precision() {
-                low += c.flops;
-            }
+    for (i, c) in op_roofline::flop_ops(p, lo, hi) {
+        counted[i as usize] = true;
+        cs.flops += c.flops;
+        cs.flop_op_bytes += c.min_bytes;
+        *by_dtype
+            .entry(format!("{:?}", c.dtype).to_lowercase())
+            .or_default() += c.flops;
+        if c.dtype.is_low_precision() {
+            low += c.flops;
         }
     }
     // Bytes of every op that launched GPU work: formula ops counted above, others modelled.
@@ -541,11 +542,7 @@ fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
     cs.total_bytes += cs.flop_op_bytes;
     if cs.flops > 0.0 {
         cs.low_precision_flops_pct = 100.0 * low / cs.flops;
-        cs.dominant_dtype = by_dtype
-            .into_iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-            .map(|(d, _)| d)
-            .unwrap_or_default();
+        cs.dominant_dtype = op_roofline::dominant(by_dtype);
     }
     cs
 }
