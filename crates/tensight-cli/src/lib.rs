@@ -24,7 +24,7 @@ use tensight::rules::{self, Severity};
 how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
 and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
 `tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
-    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight rules S001"
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format html -o report.html\n  tensight rules S001"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -72,7 +72,7 @@ enum Command {
     },
     /// Run a Python program under the profiler and diagnose it.
     #[command(
-        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n  tensight run -- python bench.py          # a loop with no optimizer or module\n\nThe program runs unmodified. Steps are found from optimizer.step() calls, else top-level\nforward calls of modules with parameters, else the iterations of the loop of your code\nthat holds the work (a benchmark loop, hand-written SGD). The first W run unprofiled and\ntimed, then the profiler's warm-up, then N timed steps recorded lean (no stacks or shapes,\nwhich would slow a busy host), then one step later a detail step with stacks, shapes,\nallocator events and the execution trace. The bundle gets report.txt and report.json;\nthe exit code is the program's."
+        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n  tensight run -- python bench.py          # a loop with no optimizer or module\n\nThe program runs unmodified. Steps are found from optimizer.step() calls, else top-level\nforward calls of modules with parameters, else the iterations of the loop of your code\nthat holds the work (a benchmark loop, hand-written SGD). The first W run unprofiled and\ntimed, then the profiler's warm-up, then N timed steps recorded lean (no stacks or shapes,\nwhich would slow a busy host), then one step later a detail step with stacks, shapes,\nallocator events and the execution trace. The bundle gets report.txt,\nreport.json and report.html (open it in a browser); the exit code is the program's."
     )]
     Run(run::RunArgs),
     /// Train a built-in model on synthetic data, profiled and diagnosed.
@@ -100,7 +100,10 @@ enum Command {
 
 #[derive(clap::Args)]
 struct OutputArgs {
-    /// Output format.
+    /// Output format: `text` for a terminal, `json` (the documented schema) for programs,
+    /// `html` for one self-contained page (roofline plot, step timeline, findings linked to
+    /// their ops, kernels, tensors and source lines, sortable tables; loads nothing from
+    /// the network).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write the report to FILE instead of stdout.
@@ -129,6 +132,8 @@ enum Format {
     Text,
     /// The documented JSON schema (see `schema_version`).
     Json,
+    /// One self-contained HTML page with plots and sortable tables.
+    Html,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -292,6 +297,7 @@ fn emit_forest(
 fn emit(report: &Report, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Result<()> {
     let text = match out.format {
         Format::Json => report::json::render(report),
+        Format::Html => report::html::render(report),
         Format::Text => {
             let color = out.output.is_none() && use_color(out.color);
             report::terminal::render(
@@ -340,6 +346,10 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
         None => rules::REGISTRY.iter().collect(),
     };
     Ok(match format {
+        Format::Html => {
+            return Err(tensight::Error::new("`tensight rules` has no HTML output")
+                .with_hint("use --format text or --format json"))
+        }
         Format::Json => {
             let v: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
             let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
