@@ -117,7 +117,8 @@ pub fn is_report(path: &Path) -> bool {
     head.truncate(n);
     let head = String::from_utf8_lossy(&head);
     if head.contains("GPU PERFORMANCE DIAGNOSIS REPORT")
-        || head.starts_with("<!doctype html>") && head.contains("<meta name=\"generator\" content=\"tensight")
+        || head.starts_with("<!doctype html>")
+            && head.contains("<meta name=\"generator\" content=\"tensight")
         || head.starts_with("Tensor forest of ")
         || head.starts_with("digraph tensor_forest {")
     {

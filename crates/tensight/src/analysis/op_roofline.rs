@@ -80,11 +80,7 @@ pub fn flop_ops(p: &Profile, lo: i64, hi: i64) -> Vec<(u32, OpCost)> {
 pub fn points(p: &Profile, t: &Timeline) -> Vec<RooflinePoint> {
     let (lo, hi) = super::window(p);
     let ops = flop_ops(p, lo, hi);
-    let cost: HashMap<u32, usize> = ops
-        .iter()
-        .enumerate()
-        .map(|(k, &(i, _))| (i, k))
-        .collect();
+    let cost: HashMap<u32, usize> = ops.iter().enumerate().map(|(k, &(i, _))| (i, k)).collect();
     let mut kernel_ns = vec![0i64; ops.len()];
     for &gi in &t.gpu_in_steps {
         let g = &p.gpu[gi as usize];

@@ -164,13 +164,16 @@ fn host_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
         let at = match lanes.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
-                let name = p
+                // Kineto names threads `thread 930 (python)`: say it once.
+                let label = match p
                     .threads
                     .iter()
                     .find(|t| (t.pid, t.tid) == key && !t.name.is_empty())
-                    .map(|t| format!(" ({})", t.name))
-                    .unwrap_or_default();
-                let label = format!("host thread {}{name}", o.tid);
+                {
+                    Some(t) if t.name.starts_with("thread ") => format!("host {}", t.name),
+                    Some(t) => format!("host thread {} ({})", o.tid, t.name),
+                    None => format!("host thread {}", o.tid),
+                };
                 let lane = Lane {
                     label,
                     kind: LaneKind::Host,

@@ -151,11 +151,18 @@ fn summary(r: &Report) -> Vec<Item> {
     let n = s.steps.max(1) as f64;
     let mut v = Vec::new();
     let median = if s.steps > 1 {
-        format!(" (mean of {}; median {})", s.steps, fmt_ms(s.step_time_median_ms))
+        format!(
+            " (mean of {}; median {})",
+            s.steps,
+            fmt_ms(s.step_time_median_ms)
+        )
     } else {
         String::new()
     };
-    v.push(item("Step time", format!("{}{median}", fmt_ms(s.step_time_ms))));
+    v.push(item(
+        "Step time",
+        format!("{}{median}", fmt_ms(s.step_time_ms)),
+    ));
     if r.profile.has_gpu() {
         v.push(item(
             "GPU busy",
@@ -166,16 +173,24 @@ fn summary(r: &Report) -> Vec<Item> {
             ),
         ));
         let i = &s.idle_ms_per_step;
+        let causes: Vec<String> = [
+            ("host not launching", i.cpu),
+            ("after syncs", i.sync),
+            ("host in memcpy", i.transfer),
+            ("host in the DataLoader", i.data_loader),
+        ]
+        .iter()
+        .filter(|c| c.1 > 0.0)
+        .map(|(what, ms)| format!("{what} {}", fmt_ms(*ms)))
+        .collect();
+        let by = if causes.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", causes.join(", "))
+        };
         v.push(item(
             "GPU idle",
-            format!(
-                "{} per step: host not launching {}, syncs {}, memcpy {}, DataLoader {}",
-                fmt_ms(i.total),
-                fmt_ms(i.cpu),
-                fmt_ms(i.sync),
-                fmt_ms(i.transfer),
-                fmt_ms(i.data_loader)
-            ),
+            format!("{} per step{by}", fmt_ms(i.total)),
         ));
         v.push(item(
             "Kernels",
@@ -184,22 +199,30 @@ fn summary(r: &Report) -> Vec<Item> {
                 s.kernels_per_step, s.kernels, r.metrics.kernels.distinct
             ),
         ));
+        if s.h2d.count + s.d2h.count > 0 {
+            v.push(item(
+                "Transfers",
+                format!(
+                    "H2D {:.1}/step ({}/step, {} pageable) · D2H {:.1}/step ({}/step)",
+                    s.h2d.count as f64 / n,
+                    fmt_bytes(s.h2d.bytes as f64 / n),
+                    s.h2d.pageable,
+                    s.d2h.count as f64 / n,
+                    fmt_bytes(s.d2h.bytes as f64 / n)
+                ),
+            ));
+        }
         v.push(item(
-            "Transfers",
-            format!(
-                "H2D {:.1}/step ({}/step, {} pageable) · D2H {:.1}/step ({}/step)",
-                s.h2d.count as f64 / n,
-                fmt_bytes(s.h2d.bytes as f64 / n),
-                s.h2d.pageable,
-                s.d2h.count as f64 / n,
-                fmt_bytes(s.d2h.bytes as f64 / n)
-            ),
+            "Host syncs",
+            format!("{:.1} per step", s.syncs as f64 / n),
         ));
-        v.push(item("Host syncs", format!("{:.1} per step", s.syncs as f64 / n)));
     } else {
         v.push(item("GPU", "no GPU activity in this trace".into()));
     }
-    v.push(item("Steps", format!("{} analysed: {}", s.steps, s.step_source)));
+    v.push(item(
+        "Steps",
+        format!("{} analysed: {}", s.steps, s.step_source),
+    ));
     if let Some(b) = &r.profile.bundle {
         v.push(item("Step boundaries", super::step_boundaries(b)));
         let prof = crate::analysis::median_ms(&b.timing.step_ms_profiled);
@@ -332,7 +355,11 @@ fn roofline_section(r: &Report, links: &Links) -> Value {
             href: None,
         });
     }
-    let svg = roofline::plot(&dots, &roofs(r, rf), Some((rf.intensity_flop_per_byte, rf.achieved_tflops)));
+    let svg = roofline::plot(
+        &dots,
+        &roofs(r, rf),
+        Some((rf.intensity_flop_per_byte, rf.achieved_tflops)),
+    );
     let facts = vec![
         item("Bound", format!("{}-bound (modelled)", rf.bound)),
         item(
@@ -353,7 +380,10 @@ fn roofline_section(r: &Report, links: &Links) -> Value {
             "Ceilings",
             format!(
                 "{:.0} TFLOP/s {}, {:.0} GB/s ({})",
-                rf.peak_tflops, r.metrics.compute.dominant_dtype, rf.bandwidth_gbs, rf.ceilings_source
+                rf.peak_tflops,
+                r.metrics.compute.dominant_dtype,
+                rf.bandwidth_gbs,
+                rf.ceilings_source
             ),
         ),
     ];
@@ -389,7 +419,14 @@ fn roofs(r: &Report, rf: &crate::analysis::Roofline) -> roofline::Roofs {
     }
     roofline::Roofs {
         bandwidth_gbs: rf.bandwidth_gbs,
-        peak: (if dtype.is_empty() { "peak".into() } else { dtype }, rf.peak_tflops),
+        peak: (
+            if dtype.is_empty() {
+                "peak".into()
+            } else {
+                dtype
+            },
+            rf.peak_tflops,
+        ),
         others,
         source: rf.ceilings_source.clone(),
     }
@@ -403,7 +440,11 @@ fn timeline_section(r: &Report) -> Option<Value> {
     }
     let legend: Vec<Value> = timeline::KINDS
         .iter()
-        .filter(|k| v.lanes.iter().any(|l| l.spans.iter().any(|s| s.kind == **k)))
+        .filter(|k| {
+            v.lanes
+                .iter()
+                .any(|l| l.spans.iter().any(|s| s.kind == **k))
+        })
         .map(|&k| {
             let (class, text) = timeline::class(k);
             context! { class, text }
@@ -481,7 +522,10 @@ fn notes(r: &Report) -> Vec<String> {
     let mut v: Vec<String> = r.warnings.iter().map(|w| format!("warning: {w}")).collect();
     for c in &r.profile.counters.counters {
         if c.severity == crate::model::CounterSeverity::DataLoss {
-            v.push(format!("import: {} {} ({})", c.count, c.name, c.description));
+            v.push(format!(
+                "import: {} {} ({})",
+                c.count, c.name, c.description
+            ));
         }
     }
     let mut reasons: Vec<&str> = Vec::new();

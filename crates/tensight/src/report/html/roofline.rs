@@ -93,7 +93,14 @@ pub fn plot(dots: &[Dot], roofs: &Roofs, step: Option<(f64, f64)>) -> String {
             s.push_str("</a>");
         }
         if rank < 8 {
-            text(&mut s, cx + r + 3.0, cy + 4.0, "dotlabel", "start", &d.label);
+            text(
+                &mut s,
+                cx + r + 3.0,
+                cy + 4.0,
+                "dotlabel",
+                "start",
+                &d.label,
+            );
         }
     }
     if let Some((ai, tf)) = step {
@@ -107,7 +114,14 @@ pub fn plot(dots: &[Dot], roofs: &Roofs, step: Option<(f64, f64)>) -> String {
                 "whole step: {ai:.3} FLOP/byte, {tf:.2} TFLOP/s (modelled FLOPs over GPU busy time)"
             ))
         );
-        text(&mut s, cx + 9.0, cy - 6.0, "dotlabel", "start", "whole step");
+        text(
+            &mut s,
+            cx + 9.0,
+            cy - 6.0,
+            "dotlabel",
+            "start",
+            "whole step",
+        );
     }
     s.push_str("</svg>");
     s
@@ -185,18 +199,21 @@ fn roof_lines(s: &mut String, x: &LogAxis, y: &LogAxis, roofs: &Roofs, bw_t: f64
         num(x.at(xmax)),
         num(y.at(peak))
     );
-    let bw_label = format!("{:.0} GB/s ({})", roofs.bandwidth_gbs, roofs.source);
-    let lx = (start * 3.0).min(ridge / 3.0).max(start);
-    text(
+    // The memory roof's label runs along it, the compute roof's sits just after the ridge.
+    let (ax, ay) = (x.at(start), y.at(start * bw_t));
+    let (bx, by) = (x.at(ridge), y.at(peak));
+    let angle = (by - ay).atan2(bx - ax).to_degrees();
+    let (lx, ly) = (ax + 0.08 * (bx - ax), ay + 0.08 * (by - ay));
+    let _ = write!(
         s,
-        x.at(lx) + 4.0,
-        y.at(lx * bw_t) - 6.0,
-        "roofl",
-        "start",
-        &bw_label,
+        r#"<text class="roofl" transform="translate({} {}) rotate({})" text-anchor="start">{}</text>"#,
+        num(lx),
+        num(ly - 6.0),
+        num(angle),
+        esc(&format!("{:.0} GB/s", roofs.bandwidth_gbs))
     );
-    let peak_label = format!("{} {:.0} TFLOP/s", roofs.peak.0, peak);
-    text(s, x.at(xmax) - 4.0, y.at(peak) - 6.0, "roofl", "end", &peak_label);
+    let peak_label = format!("{} {:.0} TFLOP/s ({})", roofs.peak.0, peak, roofs.source);
+    text(s, bx + 6.0, by - 6.0, "roofl", "start", &peak_label);
     for (label, p) in &roofs.others {
         let r = p / bw_t.max(1e-12);
         let _ = write!(
@@ -207,6 +224,6 @@ fn roof_lines(s: &mut String, x: &LogAxis, y: &LogAxis, roofs: &Roofs, bw_t: f64
             num(y.at(*p))
         );
         let l = format!("{label} {p:.0}");
-        text(s, x.at(xmax) - 4.0, y.at(*p) + 13.0, "roofo", "end", &l);
+        text(s, x.at(r) - 4.0, y.at(*p) + 4.0, "roofo", "end", &l);
     }
 }

@@ -61,7 +61,11 @@ impl LogAxis {
     /// The decades around `[lo, hi]`.
     pub fn new(lo: f64, hi: f64, p0: f64, p1: f64) -> LogAxis {
         let lo = if lo.is_finite() && lo > 0.0 { lo } else { 1e-3 };
-        let hi = if hi.is_finite() && hi > lo { hi } else { lo * 10.0 };
+        let hi = if hi.is_finite() && hi > lo {
+            hi
+        } else {
+            lo * 10.0
+        };
         let d0 = lo.log10().floor() as i32;
         let mut d1 = hi.log10().ceil() as i32;
         if d1 <= d0 {

@@ -6,7 +6,7 @@ use super::super::Report;
 use crate::analysis::forest::Forest;
 use crate::rules::{fmt_bytes, fmt_ms, Location};
 use serde::Serialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Base tensors drawn by traffic, besides those a finding names.
 const TREES: usize = 6;
@@ -106,6 +106,8 @@ pub struct Links {
     pub forest: Option<ForestView>,
     /// Tensor ids drawn in `forest`.
     tensors: HashSet<u64>,
+    /// The tensor each location text names, when the forest has it.
+    tensor_of: HashMap<String, u64>,
     /// Per finding: the names its locations give (op, kernel, tensor id, source).
     named: Vec<Named>,
 }
@@ -119,11 +121,27 @@ struct Named {
     sources: Vec<String>,
 }
 
-/// `#13 f32[...]` → 13.
-fn tensor_id(text: &str) -> Option<u64> {
-    let rest = text.trim_start().strip_prefix('#')?;
-    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
+/// The forest tensor a location's text names: `#13 f32[...]` by id, or `input 1 of
+/// aten::add: [8192, 8192] strides [1, 8192] (transposed)` by shape and strides (the
+/// matching tensor with the most traffic).
+fn tensor_target(text: &str, f: Option<&Forest>) -> Option<u64> {
+    if let Some(rest) = text.trim_start().strip_prefix('#') {
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        return digits.parse().ok();
+    }
+    let f = f?;
+    let list = |s: &str| -> Option<Vec<i64>> {
+        let inner = s.split_once('[')?.1.split_once(']')?.0;
+        inner.split(',').map(|x| x.trim().parse().ok()).collect()
+    };
+    let (head, tail) = text.split_once(" strides ")?;
+    let shape = list(head.rsplit_once(": ").map_or(head, |h| h.1))?;
+    let strides = list(tail)?;
+    f.nodes
+        .iter()
+        .filter(|t| t.shape == shape && t.strides == strides)
+        .max_by_key(|t| (t.traffic.bytes, std::cmp::Reverse(t.tensor_id)))
+        .map(|t| t.tensor_id)
 }
 
 /// Drop a C++ signature's argument list and `void ` (full name in the tooltip).
@@ -142,6 +160,15 @@ fn short_kernel(name: &str) -> String {
 impl Links {
     /// Rows, anchors and links of `r`.
     pub fn of(r: &Report) -> Links {
+        let forest = r.metrics.tensors.as_ref();
+        let mut tensor_of = HashMap::new();
+        for l in r.diagnosis.findings.iter().flat_map(|f| &f.locations) {
+            if let Some(t) = &l.tensor {
+                if let Some(id) = tensor_target(t, forest) {
+                    tensor_of.insert(t.clone(), id);
+                }
+            }
+        }
         let named: Vec<Named> = r
             .diagnosis
             .findings
@@ -154,7 +181,8 @@ impl Links {
                 for l in &f.locations {
                     n.ops.extend(l.op.clone());
                     n.kernels.extend(l.kernel.clone());
-                    n.tensors.extend(l.tensor.as_deref().and_then(tensor_id));
+                    n.tensors
+                        .extend(l.tensor.as_ref().and_then(|t| tensor_of.get(t)));
                     n.sources.extend(l.source.clone());
                 }
                 n
@@ -166,6 +194,7 @@ impl Links {
             sources: Vec::new(),
             forest: None,
             tensors: HashSet::new(),
+            tensor_of,
             named,
         };
         links.ops = links.op_rows(r);
@@ -299,7 +328,9 @@ impl Links {
             });
         }
         if let Some(t) = &l.tensor {
-            let href = tensor_id(t)
+            let href = self
+                .tensor_of
+                .get(t)
                 .filter(|id| self.tensors.contains(id))
                 .map(|id| format!("#tensor-{id}"));
             items.push(LinkItem {
@@ -364,7 +395,11 @@ impl Links {
             .copied()
             .filter(|&c| f.nodes[c as usize].subtree.accesses > 0)
             .collect();
-        let drawn = if depth >= DEPTH { 0 } else { kids.len().min(CHILDREN) };
+        let drawn = if depth >= DEPTH {
+            0
+        } else {
+            kids.len().min(CHILDREN)
+        };
         let id = t.tensor_id;
         TreeNode {
             anchor: format!("tensor-{id}"),
