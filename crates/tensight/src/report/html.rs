@@ -294,23 +294,43 @@ struct Legend {
 /// The roofline section: the plot, its facts and legend, or why there is none.
 fn roofline_section(r: &Report, links: &Links) -> Value {
     let Some(rf) = &r.metrics.roofline else {
-        let why = if !r.profile.has_gpu() {
-            "no GPU activity in this trace"
-        } else if !r.metrics.compute.shapes_recorded {
-            "no shapes recorded (profile with record_shapes=True)"
-        } else if r
-            .metrics
-            .device
-            .as_ref()
-            .and_then(|d| d.ceilings.as_ref())
-            .is_none()
-        {
-            "device ceilings unknown for this GPU"
-        } else {
-            "no GEMM, convolution or attention ops with shapes in the steps"
-        };
-        return context! { missing => why };
+        return context! { missing => no_roofline(r) };
     };
+    let (dots, legend) = dots(r, links);
+    let svg = roofline::plot(
+        &dots,
+        &roofs(r, rf),
+        Some((rf.intensity_flop_per_byte, rf.achieved_tflops)),
+    );
+    context! {
+        svg => Value::from_safe_string(svg),
+        facts => val(roofline_facts(r, rf)),
+        legend => val(legend),
+        points => dots.len(),
+    }
+}
+
+/// Why there is no roofline.
+fn no_roofline(r: &Report) -> &'static str {
+    if !r.profile.has_gpu() {
+        "no GPU activity in this trace"
+    } else if !r.metrics.compute.shapes_recorded {
+        "no shapes recorded (profile with record_shapes=True)"
+    } else if r
+        .metrics
+        .device
+        .as_ref()
+        .and_then(|d| d.ceilings.as_ref())
+        .is_none()
+    {
+        "device ceilings unknown for this GPU"
+    } else {
+        "no GEMM, convolution or attention ops with shapes in the steps"
+    }
+}
+
+/// The roofline's dots, coloured by the finding that names each op, and their legend.
+fn dots(r: &Report, links: &Links) -> (Vec<roofline::Dot>, Vec<Legend>) {
     let pts = &r.metrics.roofline_points;
     let total: i64 = pts.iter().map(|p| p.kernel_ns).sum::<i64>().max(1);
     let mut legend: Vec<Legend> = Vec::new();
@@ -355,12 +375,12 @@ fn roofline_section(r: &Report, links: &Links) -> Value {
             href: None,
         });
     }
-    let svg = roofline::plot(
-        &dots,
-        &roofs(r, rf),
-        Some((rf.intensity_flop_per_byte, rf.achieved_tflops)),
-    );
-    let facts = vec![
+    (dots, legend)
+}
+
+/// The roofline's side panel.
+fn roofline_facts(r: &Report, rf: &crate::analysis::Roofline) -> Vec<Item> {
+    vec![
         item("Bound", format!("{}-bound (modelled)", rf.bound)),
         item(
             "Intensity",
@@ -386,13 +406,7 @@ fn roofline_section(r: &Report, links: &Links) -> Value {
                 rf.ceilings_source
             ),
         ),
-    ];
-    context! {
-        svg => Value::from_safe_string(svg),
-        facts => val(facts),
-        legend => val(legend),
-        points => pts.len(),
-    }
+    ]
 }
 
 /// The roofs: the dominant precision's solid, the others (distinct peaks) dashed.

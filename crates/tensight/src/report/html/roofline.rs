@@ -117,7 +117,7 @@ pub fn plot(dots: &[Dot], roofs: &Roofs, step: Option<(f64, f64)>) -> String {
         text(
             &mut s,
             cx + 9.0,
-            cy - 6.0,
+            cy + 14.0,
             "dotlabel",
             "start",
             "whole step",
@@ -212,8 +212,17 @@ fn roof_lines(s: &mut String, x: &LogAxis, y: &LogAxis, roofs: &Roofs, bw_t: f64
         num(angle),
         esc(&format!("{:.0} GB/s", roofs.bandwidth_gbs))
     );
-    let peak_label = format!("{} {:.0} TFLOP/s ({})", roofs.peak.0, peak, roofs.source);
-    text(s, bx + 6.0, by - 6.0, "roofl", "start", &peak_label);
+    let source = format!("ceilings: {}", roofs.source);
+    text(
+        s,
+        x.at(xmin) + 6.0,
+        y.at(y.range().1) + 14.0,
+        "roofo",
+        "start",
+        &source,
+    );
+    let peak_label = format!("{} {:.0} TFLOP/s", roofs.peak.0, peak);
+    text(s, x.at(xmax) - 4.0, by + 15.0, "roofl", "end", &peak_label);
     for (label, p) in &roofs.others {
         let r = p / bw_t.max(1e-12);
         let _ = write!(

@@ -121,12 +121,20 @@ fn ticks(s: &mut String, dur_ns: i64, bottom: f64, px: &dyn Fn(i64) -> f64) {
             num(TOP),
             num(bottom)
         );
-        let label = if step >= 1.0 {
-            format!("{t:.0} ms")
+        let label = if t == 0.0 {
+            "0".to_string()
+        } else if t >= 1.0 - 1e-9 {
+            format!("{} ms", num(t))
         } else {
             format!("{:.0} µs", t * 1e3)
         };
-        text(s, x, bottom + 16.0, "tick", "middle", &label);
+        // The last label ends at the axis's end instead of running past it.
+        let anchor = if x > W - RIGHT - 30.0 {
+            "end"
+        } else {
+            "middle"
+        };
+        text(s, x, bottom + 16.0, "tick", anchor, &label);
         t += step;
     }
 }
