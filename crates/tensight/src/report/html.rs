@@ -127,7 +127,17 @@ fn header(r: &Report) -> Vec<Item> {
                 .collect();
             v.push(item("program", cmd.join(" ")));
         }
-        v.push(item("status", b.program.status.clone()));
+        let error = b
+            .program
+            .error
+            .as_deref()
+            .and_then(|e| e.lines().rev().map(str::trim).find(|l| !l.is_empty()));
+        let status = match (b.program.status.as_str(), error) {
+            ("completed", _) => "completed".to_string(),
+            (s, Some(e)) => format!("{s}: {e} (the report covers what was recorded)"),
+            (s, None) => format!("{s} (the report covers what was recorded)"),
+        };
+        v.push(item("status", status));
         let mut parts = Vec::new();
         if let Some(t) = &b.torch_version {
             parts.push(format!("torch {t}"));
