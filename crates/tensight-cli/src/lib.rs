@@ -93,8 +93,8 @@ enum Command {
         /// A rule code (S001) or name (host-sync-in-step).
         code: Option<String>,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
+        #[arg(long, value_enum, default_value_t = RulesFormat::Text)]
+        format: RulesFormat,
     },
 }
 
@@ -134,6 +134,14 @@ enum Format {
     Json,
     /// One self-contained HTML page with plots and sortable tables.
     Html,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum RulesFormat {
+    /// A list, or one rule's documentation.
+    Text,
+    /// Each rule's code, name, category, status and documentation.
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -337,7 +345,7 @@ fn write_stdout(text: &str) -> tensight::Result<()> {
     }
 }
 
-fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
+fn rules_text(code: Option<&str>, format: RulesFormat) -> tensight::Result<String> {
     let selected: Vec<&rules::Rule> = match code {
         Some(c) => vec![rules::find(c).ok_or_else(|| {
             tensight::Error::new(format!("unknown rule {c}"))
@@ -346,17 +354,13 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
         None => rules::REGISTRY.iter().collect(),
     };
     Ok(match format {
-        Format::Html => {
-            return Err(tensight::Error::new("`tensight rules` has no HTML output")
-                .with_hint("use --format text or --format json"))
-        }
-        Format::Json => {
+        RulesFormat::Json => {
             let v: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
             let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
             s.push('\n');
             s
         }
-        Format::Text if code.is_some() => {
+        RulesFormat::Text if code.is_some() => {
             let m = selected[0].meta;
             format!(
                 "# {} {}\n\nCategory: {} · status: {:?} · since {}\n\n{}",
@@ -368,7 +372,7 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
                 m.doc
             )
         }
-        Format::Text => {
+        RulesFormat::Text => {
             let mut s = String::new();
             for r in &selected {
                 let m = r.meta;

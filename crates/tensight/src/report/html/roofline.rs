@@ -223,7 +223,11 @@ fn roof_lines(s: &mut String, x: &LogAxis, y: &LogAxis, roofs: &Roofs, bw_t: f64
     );
     let peak_label = format!("{} {:.0} TFLOP/s", roofs.peak.0, peak);
     text(s, x.at(xmax) - 4.0, by + 15.0, "roofl", "end", &peak_label);
-    for (label, p) in &roofs.others {
+    // Highest roof first; a label too close to the one above it moves down.
+    let mut others: Vec<&(String, f64)> = roofs.others.iter().collect();
+    others.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut last_y = f64::NEG_INFINITY;
+    for (label, p) in others {
         let r = p / bw_t.max(1e-12);
         let _ = write!(
             s,
@@ -232,7 +236,9 @@ fn roof_lines(s: &mut String, x: &LogAxis, y: &LogAxis, roofs: &Roofs, bw_t: f64
             num(x.at(xmax)),
             num(y.at(*p))
         );
+        let ly = (y.at(*p) + 4.0).max(last_y + 11.0);
+        last_y = ly;
         let l = format!("{label} {p:.0}");
-        text(s, x.at(r) - 4.0, y.at(*p) + 4.0, "roofo", "end", &l);
+        text(s, x.at(r) - 4.0, ly, "roofo", "end", &l);
     }
 }
