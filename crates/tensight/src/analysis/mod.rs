@@ -290,10 +290,21 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         data_loader: ms(idle.data_loader_ns) / n,
     };
 
-    let ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), compute)) = rayon::join(
-        || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
-        || rayon::join(|| op_times(p, &timeline), || compute_stats(p, &timeline)),
-    );
+    let ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), (compute, roofline_points))) =
+        rayon::join(
+            || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
+            || {
+                rayon::join(
+                    || op_times(p, &timeline),
+                    || {
+                        let (lo, hi) = window(p);
+                        let ops = op_roofline::flop_ops(p, lo, hi);
+                        let stats = compute_stats(p, &timeline, &ops);
+                        (stats, op_roofline::points(p, &timeline, &ops))
+                    },
+                )
+            },
+        );
     let device = p.main_device().map(|d| DeviceSummary {
         name: d.name.clone(),
         num_sms: d.num_sms,
@@ -305,7 +316,6 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         .and_then(|d| d.ceilings.as_ref())
         .and_then(|c| roofline(c, &compute, busy));
     let held_back = held_back::of(p, &timeline);
-    let roofline_points = op_roofline::points(p, &timeline);
     let step_view = step_view::representative(p, &timeline);
     RunMetrics {
         held_back,
@@ -502,8 +512,7 @@ pub fn window(p: &Profile) -> (i64, i64) {
     }
 }
 
-fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
-    let (lo, hi) = window(p);
+fn compute_stats(p: &Profile, t: &Timeline, ops: &[(u32, flops::OpCost)]) -> ComputeStats {
     let mut cs = ComputeStats {
         shapes_recorded: p.ops.iter().any(|o| o.input_dims.is_some()),
         ..Default::default()
@@ -512,7 +521,7 @@ fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
     let mut counted = vec![false; p.ops.len()];
     let mut by_dtype: HashMap<String, f64> = HashMap::new();
     let mut low = 0.0;
-    for (i, c) in op_roofline::flop_ops(p, lo, hi) {
+    for &(i, c) in ops {
         counted[i as usize] = true;
         cs.flops += c.flops;
         cs.flop_op_bytes += c.min_bytes;

@@ -76,10 +76,9 @@ pub fn flop_ops(p: &Profile, lo: i64, hi: i64) -> Vec<(u32, OpCost)> {
     out
 }
 
-/// The roofline points of the analysed steps, largest kernel time first.
-pub fn points(p: &Profile, t: &Timeline) -> Vec<RooflinePoint> {
-    let (lo, hi) = super::window(p);
-    let ops = flop_ops(p, lo, hi);
+/// The roofline points of the analysed steps (`ops`: their [`flop_ops`]), largest kernel
+/// time first.
+pub fn points(p: &Profile, t: &Timeline, ops: &[(u32, OpCost)]) -> Vec<RooflinePoint> {
     let cost: HashMap<u32, usize> = ops.iter().enumerate().map(|(k, &(i, _))| (i, k)).collect();
     let mut kernel_ns = vec![0i64; ops.len()];
     for &gi in &t.gpu_in_steps {

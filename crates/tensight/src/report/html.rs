@@ -490,6 +490,8 @@ struct FindingView {
     colour: &'static str,
     code: &'static str,
     rule: &'static str,
+    /// The rule's documentation's first line (`tensight rules CODE` prints all of it).
+    about: String,
     category: &'static str,
     title: String,
     severity: &'static str,
@@ -514,6 +516,7 @@ fn findings(r: &Report, links: &Links) -> Vec<FindingView> {
             colour: colour(i),
             code: f.code,
             rule: f.rule,
+            about: rule_about(f.code),
             category: f.category.label(),
             title: f.title.clone(),
             severity: f.severity.label(),
@@ -539,6 +542,25 @@ fn findings(r: &Report, links: &Links) -> Vec<FindingView> {
             locations: f.locations.iter().map(|l| links.location(l)).collect(),
         })
         .collect()
+}
+
+/// The first paragraph of a rule's documentation (`tensight rules CODE` prints all of it).
+fn rule_about(code: &str) -> String {
+    let Some(rule) = crate::rules::find(code) else {
+        return String::new();
+    };
+    let para: Vec<&str> = rule
+        .meta
+        .doc
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.starts_with('#') || l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    format!(
+        "{} (`tensight rules {code}` says more)",
+        crate::text::cut(&para.join(" "), 400)
+    )
 }
 
 /// Warnings, lost events and skipped rules.
