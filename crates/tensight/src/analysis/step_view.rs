@@ -77,7 +77,7 @@ pub enum LaneKind {
 /// One row of the plot.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Lane {
-    /// `thread 1234 (python)`, `GPU 0 stream 7`, `GPU idle`.
+    /// `thread 1234 (python3)` (a host thread), `host syncs`, `GPU 0 stream 7`, `GPU idle`.
     pub label: String,
     /// What it shows.
     pub kind: LaneKind,
@@ -170,9 +170,9 @@ fn host_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
                     .iter()
                     .find(|t| (t.pid, t.tid) == key && !t.name.is_empty())
                 {
-                    Some(t) if t.name.starts_with("thread ") => format!("host {}", t.name),
-                    Some(t) => format!("host thread {} ({})", o.tid, t.name),
-                    None => format!("host thread {}", o.tid),
+                    Some(t) if t.name.starts_with("thread ") => t.name.clone(),
+                    Some(t) => format!("thread {} ({})", o.tid, t.name),
+                    None => format!("thread {}", o.tid),
                 };
                 let lane = Lane {
                     label,

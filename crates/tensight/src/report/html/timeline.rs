@@ -74,7 +74,7 @@ pub fn plot(v: &StepView) -> String {
             LaneKind::Stream => "lane gpu",
             LaneKind::Idle => "lane idle",
         };
-        let label = crate::text::cut(&lane.label, 28);
+        let label = crate::text::cut(&lane.label, 30);
         text(&mut s, 6.0, y + 15.0, lclass, "start", &label);
         for sp in &lane.spans {
             let x0 = px(sp.start_ns);
