@@ -182,4 +182,10 @@ fn markup_in_kernel_op_and_thread_names_is_escaped() {
         "only the two plots are SVG"
     );
     assert!(page.contains("<title>tensight report: "));
+    // The plots themselves: aten::mm on the roofline, the sync and the idle it drained.
+    assert_eq!(page.matches("<circle class=\"dot\"").count(), 1);
+    assert!(page.contains("<title>aten::mm ×3 (f32): 170.7 FLOP/byte"));
+    assert!(page.contains("class=\"span sync\""));
+    assert!(page.contains("class=\"span idle-sync\""));
+    assert!(page.contains("class=\"span idle-cpu\""));
 }
