@@ -17,7 +17,7 @@ elif command -v apt-get >/dev/null 2>&1; then
     # A failed install fails the run: with apt-get at hand the browser test must run.
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq || { sleep 5; apt-get update -qq; }
-    apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    apt-get install -y -qq chromium >/dev/null
     echo "chromium: $(chromium --version 2>/dev/null || echo installed)"
 else
     echo "chromium: not installed and no apt-get here: tests/python/test_html_report.py skips"
