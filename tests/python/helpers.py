@@ -35,6 +35,9 @@ SECTIONS = ("GPU PERFORMANCE DIAGNOSIS REPORT", "EXECUTIVE SUMMARY", "DETECTED B
 
 
 def _command() -> str:
+    # TENSIGHT_BIN: a binary to test instead (a developer's `cargo build` output).
+    if os.environ.get("TENSIGHT_BIN"):
+        return os.environ["TENSIGHT_BIN"]
     here = Path(sys.executable).parent / "tensight"
     found = str(here) if here.exists() else shutil.which("tensight")
     if found is None:

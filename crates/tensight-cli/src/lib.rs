@@ -25,7 +25,7 @@ use tensight::rules::{self, Severity};
 how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
 and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
 `tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
-    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight rules S001"
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format html -o report.html\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight rules S001"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -73,7 +73,7 @@ enum Command {
     },
     /// Run a Python program under the profiler and diagnose it.
     #[command(
-        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n  tensight run -- python bench.py          # a loop with no optimizer or module\n\nThe program runs unmodified. Steps are found from optimizer.step() calls, else top-level\nforward calls of modules with parameters, else the iterations of the loop of your code\nthat holds the work (a benchmark loop, hand-written SGD). The first W run unprofiled and\ntimed, then the profiler's warm-up, then N timed steps recorded lean (no stacks or shapes,\nwhich would slow a busy host), then one step later a detail step with stacks, shapes,\nallocator events and the execution trace. The bundle gets report.txt and report.json;\nthe exit code is the program's."
+        after_help = "Examples:\n  tensight run -- python train.py --epochs 1\n  tensight run --steps 10 --warmup 5 --stop -- python -m mypkg.train\n  tensight run -- python bench.py          # a loop with no optimizer or module\n\nThe program runs unmodified. Steps are found from optimizer.step() calls, else top-level\nforward calls of modules with parameters, else the iterations of the loop of your code\nthat holds the work (a benchmark loop, hand-written SGD). The first W run unprofiled and\ntimed, then the profiler's warm-up, then N timed steps recorded lean (no stacks or shapes,\nwhich would slow a busy host), then one step later a detail step with stacks, shapes,\nallocator events and the execution trace. The bundle gets report.txt,\nreport.json and report.html (open it in a browser); the exit code is the program's."
     )]
     Run(run::RunArgs),
     /// Train a built-in model on synthetic data, profiled and diagnosed.
@@ -98,14 +98,17 @@ enum Command {
         /// A rule code (S001) or name (host-sync-in-step).
         code: Option<String>,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Text)]
-        format: Format,
+        #[arg(long, value_enum, default_value_t = RulesFormat::Text)]
+        format: RulesFormat,
     },
 }
 
 #[derive(clap::Args)]
 struct OutputArgs {
-    /// Output format.
+    /// Output format: `text` for a terminal, `json` (the documented schema) for programs,
+    /// `html` for one self-contained page (roofline plot, step timeline, findings linked to
+    /// their ops, kernels, tensors and source lines, sortable tables; loads nothing from
+    /// the network).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Write the report to FILE instead of stdout.
@@ -137,6 +140,16 @@ enum Format {
     /// The original trace with the findings added as tracks, slices and flow arrows
     /// (Chrome trace JSON: open it in ui.perfetto.dev or chrome://tracing).
     Perfetto,
+    /// One self-contained HTML page with plots and sortable tables.
+    Html,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum RulesFormat {
+    /// A list, or one rule's documentation.
+    Text,
+    /// Each rule's code, name, category, status and documentation.
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -341,6 +354,7 @@ fn emit(report: &Report, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Resu
                 "--format perfetto annotates a trace: use it with `tensight analyze` or `tensight demo`",
             ))
         }
+        Format::Html => report::html::render(report),
         Format::Text => {
             let color = out.output.is_none() && use_color(out.color);
             report::terminal::render(
@@ -380,7 +394,7 @@ fn write_stdout(text: &str) -> tensight::Result<()> {
     }
 }
 
-fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
+fn rules_text(code: Option<&str>, format: RulesFormat) -> tensight::Result<String> {
     let selected: Vec<&rules::Rule> = match code {
         Some(c) => vec![rules::find(c).ok_or_else(|| {
             tensight::Error::new(format!("unknown rule {c}"))
@@ -389,18 +403,13 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
         None => rules::REGISTRY.iter().collect(),
     };
     Ok(match format {
-        Format::Perfetto => {
-            return Err(tensight::Error::new(
-                "`tensight rules` prints text or json, not perfetto",
-            ))
-        }
-        Format::Json => {
+        RulesFormat::Json => {
             let v: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
             let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
             s.push('\n');
             s
         }
-        Format::Text if code.is_some() => {
+        RulesFormat::Text if code.is_some() => {
             let m = selected[0].meta;
             format!(
                 "# {} {}\n\nCategory: {} · status: {:?} · since {}\n\n{}",
@@ -412,7 +421,7 @@ fn rules_text(code: Option<&str>, format: Format) -> tensight::Result<String> {
                 m.doc
             )
         }
-        Format::Text => {
+        RulesFormat::Text => {
             let mut s = String::new();
             for r in &selected {
                 let m = r.meta;

@@ -4,8 +4,8 @@
 //!   ncu CSV, detail trace), `--et` and `--ncu`, compared by device and inode, so a hard
 //!   link or a symbolic link to an input is caught too.
 //! - An existing file is replaced without asking only when it is an earlier tensight
-//!   report (text, JSON, a tensor forest, an annotated trace or a diff); anything else
-//!   needs `--force`. A symbolic
+//!   report (text, JSON, HTML, a tensor forest, an annotated trace or a diff); anything
+//!   else needs `--force`. A symbolic
 //!   link is replaced itself (never followed); a directory, FIFO or device is refused.
 //! - The text goes to a new temporary file beside the target (created exclusively, so
 //!   never through a planted link), then renamed into place: an interrupted write never
@@ -133,7 +133,7 @@ pub fn check(target: &Path, inputs: &[PathBuf], force: bool) -> tensight::Result
 }
 
 /// True when the file at `path` looks like something tensight wrote: a text report, a
-/// JSON report, or a tensor forest (tree, DOT or JSON).
+/// JSON report, an HTML report, or a tensor forest (tree, DOT or JSON).
 pub fn is_report(path: &Path) -> bool {
     let Ok(mut f) = std::fs::File::open(path) else {
         return false;
@@ -145,6 +145,8 @@ pub fn is_report(path: &Path) -> bool {
     if head.contains("GPU PERFORMANCE DIAGNOSIS REPORT")
         || head.starts_with("{\"tensight\": {\"annotation_version\":")
         || head.starts_with("TENSIGHT DIFF")
+        || head.starts_with("<!doctype html>")
+            && head.contains("<meta name=\"generator\" content=\"tensight")
         || head.starts_with("Tensor forest of ")
         || head.starts_with("digraph tensor_forest {")
     {

@@ -1,8 +1,8 @@
 //! `tensight run` and `tensight bench`: the arguments, the recorder
 //! (`tensight-record`), then the report.
 //!
-//! The recorder leaves a bundle; this file analyses it: `report.txt` and `report.json`
-//! go into the bundle, the report to stdout, and a last stderr line says where both are.
+//! The recorder leaves a bundle; this file analyses it: `report.txt`, `report.json` and
+//! `report.html` go into the bundle, the report to stdout, and a last stderr line says where both are.
 //! The exit code is the program's (128 + N when a signal N ended it). When nothing was
 //! recorded: a program that never imported torch exits with its own code and a note; a
 //! program that failed or was killed before the collector wrote anything gets an error
@@ -60,8 +60,8 @@ struct RecordArgs {
     /// Bundle folder to create (new or empty); default ./tensight-runs/run-NNN.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Format of the report on stdout (the bundle gets report.txt and report.json;
-    /// with perfetto also annotated.json, the trace with the findings, and stdout the text).
+    /// Format of the report on stdout (the bundle gets report.txt, report.json,
+    /// report.html, and annotated.json with `-f perfetto`).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Then run the program a second time under Nsight Compute (`ncu` on PATH or
@@ -205,8 +205,14 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
         },
     );
     let json = report::json::render(&report);
+    let html = report::html::render(&report);
     let txt_path = dir.join("report.txt");
-    for (path, body) in [(&txt_path, &text), (&dir.join("report.json"), &json)] {
+    let html_path = dir.join("report.html");
+    for (path, body) in [
+        (&txt_path, &text),
+        (&dir.join("report.json"), &json),
+        (&html_path, &html),
+    ] {
         if let Err(e) = std::fs::write(path, body) {
             eprintln!(
                 "warning: failed to write {}: {}",
@@ -217,6 +223,7 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
     }
     let shown = match r.format {
         Format::Json => json,
+        Format::Html => html,
         Format::Text if use_color(ColorChoice::Auto) => report::terminal::render(
             &report,
             RenderOptions {
@@ -244,9 +251,10 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
     };
     write_stdout(&shown)?;
     eprintln!(
-        "tensight: bundle {} · report {}",
+        "tensight: bundle {} · report {} · in a browser: {}",
         dir.display(),
-        txt_path.display()
+        txt_path.display(),
+        html_path.display()
     );
     Ok(code)
 }

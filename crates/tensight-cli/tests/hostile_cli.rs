@@ -431,3 +431,42 @@ fn the_forest_tree_and_dot_escape_names_from_the_traces() {
         assert!(!out.lines().any(|l| l.starts_with("FORGED")), "{out}");
     }
 }
+
+/// `--format html`: markup in kernel and op names reaches stdout and `-o` as text; a
+/// second `-o` replaces the earlier HTML report without `--force`, but not another HTML
+/// file; `rules` has no HTML output.
+#[test]
+fn markup_in_names_reaches_the_html_report_escaped() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let trace = fixture("hostile-html/trace.json");
+    let o = run(tensight(tmp.path())
+        .args(["analyze", "--format", "html"])
+        .arg(&trace));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with("<!doctype html>"), "{out}");
+    assert!(!out.contains("<script>alert(1)</script>"));
+    assert!(!out.contains("<img src=x onerror=alert(1)>"));
+    assert!(out.contains("&lt;img src=x onerror=alert(1)&gt;"));
+    assert_eq!(out.matches("<script").count(), 1);
+    let file = tmp.path().join("report.html");
+    for _ in 0..2 {
+        let o = run(tensight(tmp.path())
+            .args(["analyze", "-f", "html"])
+            .arg(&trace)
+            .arg("-o")
+            .arg(&file));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
+    assert_eq!(std::fs::read_to_string(&file).expect("report"), out);
+    let other = tmp.path().join("page.html");
+    std::fs::write(&other, "<!doctype html><title>mine</title>").expect("write");
+    let o = run(tensight(tmp.path())
+        .args(["analyze", "-f", "html"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&other));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = run(tensight(tmp.path()).args(["rules", "--format", "html"]));
+    assert_eq!(o.status.code(), Some(2), "rules has no HTML output");
+}

@@ -162,7 +162,8 @@ mod unix {
             err.lines().last(),
             Some(
                 format!(
-                    "tensight: bundle {} · report {}/report.txt",
+                    "tensight: bundle {} · report {}/report.txt · in a browser: {}/report.html",
+                    dir.display(),
                     dir.display(),
                     dir.display()
                 )
@@ -178,6 +179,8 @@ mod unix {
                 .expect("valid json");
         assert_eq!(json["bundle"]["program"]["error"], "ValueError: boom");
         assert_eq!(json["execution_trace"]["linked"], 339);
+        let html = std::fs::read_to_string(bundle.join("report.html")).expect("report.html");
+        assert!(html.starts_with("<!doctype html>") && html.contains("ValueError: boom"));
         let env = std::fs::read_to_string(bundle.join("env.txt")).expect("env");
         let abs = bundle.canonicalize().expect("abs");
         let pp = std::env::join_paths([boot.as_path(), Path::new("/old/path")]).expect("join");

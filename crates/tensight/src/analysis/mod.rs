@@ -17,8 +17,10 @@ pub mod host_work;
 pub mod inflation;
 pub mod kernels;
 pub mod migration;
+pub mod op_roofline;
 
 pub mod simulate;
+pub mod step_view;
 pub mod timeline;
 pub mod transfers;
 pub mod views;
@@ -53,6 +55,12 @@ pub struct RunMetrics {
     /// What held the GPU back: host-caused idle by what the host was doing before the
     /// launch that ended it, largest first.
     pub held_back: Vec<held_back::HeldBack>,
+    /// Each FLOP-counted op name on the roofline (modelled FLOPs and bytes, its kernels'
+    /// time), largest kernel time first: the points of the HTML report's roofline plot.
+    pub roofline_points: Vec<op_roofline::RooflinePoint>,
+    /// The median step laid out as lanes (host threads, syncs, GPU streams, idle gaps):
+    /// the HTML report's timeline. `None` without steps.
+    pub step_view: Option<step_view::StepView>,
 }
 
 /// The device and its ceilings.
@@ -282,10 +290,21 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         data_loader: ms(idle.data_loader_ns) / n,
     };
 
-    let ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), compute)) = rayon::join(
-        || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
-        || rayon::join(|| op_times(p, &timeline), || compute_stats(p, &timeline)),
-    );
+    let ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), (compute, roofline_points))) =
+        rayon::join(
+            || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
+            || {
+                rayon::join(
+                    || op_times(p, &timeline),
+                    || {
+                        let (lo, hi) = window(p);
+                        let ops = op_roofline::flop_ops(p, lo, hi);
+                        let stats = compute_stats(p, &timeline, &ops);
+                        (stats, op_roofline::points(p, &timeline, &ops))
+                    },
+                )
+            },
+        );
     let device = p.main_device().map(|d| DeviceSummary {
         name: d.name.clone(),
         num_sms: d.num_sms,
@@ -297,8 +316,11 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         .and_then(|d| d.ceilings.as_ref())
         .and_then(|c| roofline(c, &compute, busy));
     let held_back = held_back::of(p, &timeline);
+    let step_view = step_view::representative(p, &timeline);
     RunMetrics {
         held_back,
+        roofline_points,
+        step_view,
         device,
         summary,
         timeline,
@@ -490,8 +512,7 @@ pub fn window(p: &Profile) -> (i64, i64) {
     }
 }
 
-fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
-    let (lo, hi) = window(p);
+fn compute_stats(p: &Profile, t: &Timeline, ops: &[(u32, flops::OpCost)]) -> ComputeStats {
     let mut cs = ComputeStats {
         shapes_recorded: p.ops.iter().any(|o| o.input_dims.is_some()),
         ..Default::default()
@@ -500,26 +521,15 @@ fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
     let mut counted = vec![false; p.ops.len()];
     let mut by_dtype: HashMap<String, f64> = HashMap::new();
     let mut low = 0.0;
-    for (i, o) in p.ops.iter().enumerate() {
-        if o.kind != OpKind::Op || o.ts_ns < lo || o.ts_ns >= hi || !flops::has_formula(&o.name) {
-            continue;
-        }
-        if p.op_ancestors(i as u32)
-            .skip(1)
-            .any(|a| counted[a as usize])
-        {
-            continue;
-        }
-        if let Some(c) = flops::op_cost(o) {
-            counted[i] = true;
-            cs.flops += c.flops;
-            cs.flop_op_bytes += c.min_bytes;
-            *by_dtype
-                .entry(format!("{:?}", c.dtype).to_lowercase())
-                .or_default() += c.flops;
-            if c.dtype.is_low_precision() {
-                low += c.flops;
-            }
+    for &(i, c) in ops {
+        counted[i as usize] = true;
+        cs.flops += c.flops;
+        cs.flop_op_bytes += c.min_bytes;
+        *by_dtype
+            .entry(format!("{:?}", c.dtype).to_lowercase())
+            .or_default() += c.flops;
+        if c.dtype.is_low_precision() {
+            low += c.flops;
         }
     }
     // Bytes of every op that launched GPU work: formula ops counted above, others modelled.
@@ -541,11 +551,7 @@ fn compute_stats(p: &Profile, t: &Timeline) -> ComputeStats {
     cs.total_bytes += cs.flop_op_bytes;
     if cs.flops > 0.0 {
         cs.low_precision_flops_pct = 100.0 * low / cs.flops;
-        cs.dominant_dtype = by_dtype
-            .into_iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
-            .map(|(d, _)| d)
-            .unwrap_or_default();
+        cs.dominant_dtype = op_roofline::dominant(by_dtype);
     }
     cs
 }

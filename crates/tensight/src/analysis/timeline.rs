@@ -479,7 +479,7 @@ fn drained_before(p: &Profile, syncs: &[u32], busy: &[(i64, i64)], t: i64) -> bo
 }
 
 /// Host ranges spent fetching batches (`enumerate(DataLoader)#...__next__`).
-fn data_loader_ranges(p: &Profile) -> Vec<(i64, i64)> {
+pub(crate) fn data_loader_ranges(p: &Profile) -> Vec<(i64, i64)> {
     let mut v: Vec<(i64, i64)> = p
         .ops
         .iter()

@@ -49,7 +49,7 @@ pub fn origin(t: &TensorNode) -> String {
     }
 }
 
-fn traffic_text(tr: &Traffic) -> String {
+pub(crate) fn traffic_text(tr: &Traffic) -> String {
     if tr.accesses == 0 {
         return String::new();
     }

@@ -2,20 +2,22 @@
 //!
 //! Input: a [`Report`] (the profile's facts, the metrics, the diagnosis, the import
 //! warnings and counters). Output: text. One file per format: [`terminal`] (colour
-//! only when asked; readable at 80 columns), [`json`] (documented, versioned
-//! schema), [`perfetto`] (the original trace annotated with the findings) and [`diff`]
-//! (two runs compared, [`crate::compare`]). Rendering never computes metrics; it only formats them. Output is
-//! deterministic: no wall-clock time, sorted collections.
+//! only when asked; readable at 80 columns), [`json`] (documented, versioned schema),
+//! [`html`] (one self-contained page with SVG plots and sortable tables), [`perfetto`]
+//! (the original trace annotated with the findings) and [`diff`] (two runs compared,
+//! [`crate::compare`]). Rendering never computes metrics; it only formats them. Output
+//! is deterministic: no wall-clock time, sorted collections.
 
 pub mod diff;
 pub mod forest;
+pub mod html;
 pub mod json;
 pub mod perfetto;
 pub mod terminal;
 
 use crate::analysis::RunMetrics;
 use crate::diagnosis::Diagnosis;
-use crate::model::Profile;
+use crate::model::{BundleInfo, Profile};
 
 /// Everything a renderer needs.
 pub struct Report {
@@ -52,5 +54,21 @@ impl Report {
     /// User source line of op `idx`, when stacks were recorded.
     pub fn op_source(&self, idx: u32) -> Option<String> {
         self.profile.user_frame(idx).map(|f| f.name.to_string())
+    }
+}
+
+/// How the collector found a bundle's step boundaries (`optimizer.step() calls`, `the loop
+/// at train.py(12) in main`), for the text and HTML reports.
+pub(crate) fn step_boundaries(b: &BundleInfo) -> String {
+    match b.step_detection.as_deref() {
+        Some("optimizer") => "optimizer.step() calls".to_string(),
+        Some("forward") => "top-level module forward calls".to_string(),
+        Some("loop") => match &b.step_loop {
+            Some(l) => format!("the loop at {l}"),
+            None => "a loop of the program".to_string(),
+        },
+        Some("whole_program") => "none: the whole program as one window".to_string(),
+        Some(other) => other.to_string(),
+        None => "not stated".to_string(),
     }
 }

@@ -406,16 +406,7 @@ fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
         timing_line(out, b, t);
         return;
     }
-    let found = match b.step_detection.as_deref() {
-        Some("optimizer") => "optimizer.step() calls".to_string(),
-        Some("forward") => "top-level module forward calls".to_string(),
-        Some("loop") => match &b.step_loop {
-            Some(l) => format!("the loop at {l}"),
-            None => "a loop of the program".to_string(),
-        },
-        Some(other) => other.to_string(),
-        None => "not stated".to_string(),
-    };
+    let found = super::step_boundaries(b);
     let recorded = match (b.steps_recorded, b.steps_requested) {
         (Some(n), Some(req)) => format!("{n} of {req} requested steps"),
         (Some(n), None) => format!("{n} steps"),
