@@ -130,5 +130,5 @@ fn perfetto_output_reads_back_and_is_replaced_without_force() {
 
     let (code, _, err) = tensight(&[os("rules"), os("--format"), os("perfetto")]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("not perfetto"), "{err}");
+    assert!(err.contains("invalid value 'perfetto'"), "{err}");
 }
