@@ -307,11 +307,15 @@ def plot(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out + ["</svg>"]) + "\n"
 
 
-#: Hold-out sets: folder, name, the engine that scored them `before` (commit) and when.
+#: Hold-out sets: folder, name, the engine that scored them `before` (commit) and when,
+#: and whether rules were since changed for its failures (then it measures tuned code).
 HOLDOUT_SETS = [
-    ("holdout", "A", "6f8ec09", "the rule changes of 2026-12-01 (session 11)"),
-    ("holdout_b", "B", "b4703ca", "the changes of session 12, B recorded with it"),
-    ("holdout_c", "C", "f6e4195", "the changes of session 13, C recorded with it"),
+    ("holdout", "A", "6f8ec09", "the rule changes of 2026-12-01 (session 11)",
+     "tuned on since session 11: its failures drove rule changes"),
+    ("holdout_b", "B", "b4703ca", "the changes of session 12, B recorded with it",
+     "tuned on since session 13: its failures drove the G001 and DataLoader-prefetch changes"),
+    ("holdout_c", "C", "f6e4195", "the changes of session 13, C recorded with it",
+     "not tuned on"),
 ]
 
 
@@ -319,12 +323,12 @@ def holdout_section() -> list[str]:
     """Each hold-out set's accuracy (SET/results-TAG.json), engine before and after the
     rule changes, as separate columns: the workloads above are what the rules were tuned on."""
     lines: list[str] = []
-    for folder, name, commit, when in HOLDOUT_SETS:
-        lines += _holdout_set(HERE.parent / folder, name, commit, when)
+    for folder, name, commit, when, tuned in HOLDOUT_SETS:
+        lines += _holdout_set(HERE.parent / folder, name, commit, when, tuned)
     return lines
 
 
-def _holdout_set(folder: Path, name: str, commit: str, when: str) -> list[str]:
+def _holdout_set(folder: Path, name: str, commit: str, when: str, tuned: str) -> list[str]:
     res = {t: folder / f"results-{t}.json" for t in ("before", "after")}
     if not all(p.is_file() for p in res.values()):
         return []
@@ -340,7 +344,7 @@ def _holdout_set(folder: Path, name: str, commit: str, when: str) -> list[str]:
 
     set_flag = "" if folder.name == "holdout" else f" --set {folder.name}"
     lines = [
-        "", f"## Hold-out set {name} (not tuned on)", "",
+        "", f"## Hold-out set {name} ({tuned})", "",
         f"`{folder.name}/`: {doc['after']['summary']['programs']} programs written without reading "
         f"the rules, their expected codes fixed before recording (`{folder.name}/EXPECTED.json`). "
         f"Recorded once on {ctx.get('gpu', '?')} (torch {ctx.get('torch', '?')}, "

@@ -32,7 +32,7 @@ def test_bundle_format_version() -> None:
 def test_demos_in_the_readme_exist() -> None:
     helped = subprocess.run([TENSIGHT, "demo", "--help"], capture_output=True, text=True,
                             timeout=60).stdout
-    for name in re.findall(r"tensight demo (?:\[NAME\]\s+# real H200 profiles: )?([a-z0-9-]+)",
+    for name in re.findall(r"tensight demo (?:\[NAME\]\s+# real H200 profiles: )?([a-z0-9][a-z0-9-]*)",
                            README):
         if name != "NAME":
             assert f"- {name}:" in helped, name
@@ -42,7 +42,7 @@ def test_holdout_figures_match_the_recorded_results() -> None:
     s = {t: json.loads((ROOT / f"holdout/results-{t}.json").read_text())["summary"]
          for t in ("before", "after")}
     said = re.search(r"names a planted problem on (\d+)/(\d+) \(`tensight\s+run`\) and every "
-                     r"estimated saving is within ±35% on (\d+)/\d+ \(before this round's rule\s+"
+                     r"estimated saving is\s+within ±35% on (\d+)/\d+ \(before this round's rule\s+"
                      r"changes: (\d+)/\d+ and (\d+)/\d+\)", README)
     assert said, "the README states the hold-out set's accuracy"
     a, b = s["after"], s["before"]
@@ -54,13 +54,26 @@ def test_holdout_figures_match_the_recorded_results() -> None:
 def test_holdout_b_figures_match_the_recorded_results() -> None:
     s = {t: json.loads((ROOT / f"holdout_b/results-{t}.json").read_text())["summary"]
          for t in ("before", "after")}
-    said = re.search(r"changes without tuning on it\): (\d+)/(\d+) primaries and (\d+)/\d+ "
+    said = re.search(r"changes without tuning on it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                      r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+\)", README)
     assert said, "the README states hold-out set B's accuracy"
     a, b = s["after"], s["before"]
     assert [int(g) for g in said.groups()] == [
         a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
         b["estimate_ok_run1"]]
+
+
+def test_holdout_c_figures_match_the_recorded_results() -> None:
+    s = {t: json.loads((ROOT / f"holdout_c/results-{t}.json").read_text())["summary"]
+         for t in ("before", "after")}
+    said = re.search(r"none of which looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+                     r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
+                     r"was (\d+)/\d+\)", README)
+    assert said, "the README states hold-out set C's accuracy"
+    a, b = s["after"], s["before"]
+    assert [int(g) for g in said.groups()] == [
+        a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
+        b["estimate_ok_run1"], a["primary_ok_plain"], b["primary_ok_plain"]]
 
 
 def test_accuracy_figures_match_the_recorded_results() -> None:
