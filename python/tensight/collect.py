@@ -34,6 +34,7 @@ from __future__ import annotations
 import atexit
 import os
 import platform
+import signal
 import sys
 import threading
 import time
@@ -731,6 +732,41 @@ class Collector:
         sys.excepthook = excepthook
         sys.exit = exit_  # type: ignore[assignment]
         atexit.register(self._at_exit)
+        self._install_signal_handlers()
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM and SIGHUP end Python without running atexit: finish the bundle first,
+        then die of the signal as the program would have (exit status 128 + signal).
+        Only where the program left the default action; its own handler, set later,
+        replaces this one (SIGINT needs none: it raises KeyboardInterrupt)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
+                continue
+
+            def handler(signum: int, _frame: Any) -> None:
+                try:
+                    if os.getpid() == self.pid:
+                        self.finish("crashed", 128 + signum,
+                                    f"killed by {signal.Signals(signum).name}")
+                        say(f"bundle written: {self.bundle}")
+                except Exception as e:  # noqa: BLE001
+                    say(f"could not finish the bundle ({type(e).__name__}: {e})")
+                finally:
+                    signal.signal(signum, signal.SIG_DFL)
+                    os.kill(os.getpid(), signum)
+
+            signal.signal(sig, handler)
+
+    def _recording(self) -> str | None:
+        """What the profiler was recording now (None: nothing)."""
+        if self.spec_running:
+            return "the whole program (no step found yet)"
+        if self.state in (State.WARMUP, State.TIMED, State.GAP, State.DETAIL):
+            return f"the window ({self.state.value} step)"
+        return None
 
     def _at_exit(self) -> None:
         if os.getpid() != self.pid:
@@ -742,6 +778,12 @@ class Collector:
             if exc is not None:
                 code = 130 if isinstance(exc, KeyboardInterrupt) else 1
                 msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                what = self._recording()
+                if what and _out_of_memory(exc):
+                    msg = (f"out of GPU memory while tensight's profiler recorded {what}; run "
+                           f"the program once without tensight to see whether it fits on its "
+                           f"own — {msg}")
+                    say(msg.split(" — ")[0])
                 self.finish("crashed", code, msg)
             elif self._exit_code:
                 self.finish("crashed", self._exit_code, f"exited with code {self._exit_code}")
@@ -750,6 +792,12 @@ class Collector:
             say(f"bundle written: {self.bundle}")
         except Exception as e:  # noqa: BLE001
             say(f"could not finish the bundle ({type(e).__name__}: {e})")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """A CUDA (or other accelerator) out-of-memory error."""
+    oom = getattr(torch, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(exc, oom)) or "out of memory" in str(exc).lower()
 
 
 def _count(times: list[int], lo: int, hi: int) -> int:

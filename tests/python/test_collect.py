@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from helpers import TENSIGHT, assert_full_report, assert_no_crash
+from helpers import TENSIGHT, assert_full_report, assert_no_crash, run
 
 pytest.importorskip("torch", reason="the collector tests need torch (pip install torch)")
 
@@ -211,6 +212,28 @@ def test_the_window_waits_for_a_dataloaders_prefetch_to_drain(tmp_path: Path) ->
     assert m["warmup_steps"] >= 4, m["warmup_steps"]  # 2 asked, then the prefetch drained
     profiled = sorted(m["timing"]["step_ms_profiled"])
     assert profiled[len(profiled) // 2] > 5.0, m["timing"]  # ~15 ms waiting; ~1 ms prefetched
+
+
+@pytest.mark.parametrize("mode, recorded", [("term-early", 0), ("term-window", 2)])
+def test_sigterm_still_leaves_a_finished_bundle(tmp_path: Path, mode: str, recorded: int) -> None:
+    got = collected(tmp_path / "b", "killed.py", mode, steps=3, warmup=2)
+    assert got.returncode == -signal.SIGTERM, got.stderr  # it still dies of the signal
+    m = manifest(tmp_path / "b")
+    assert m["program"]["status"] == "crashed", m["program"]
+    assert m["program"]["error"] == "killed by SIGTERM" and m["program"]["exit_code"] == 143
+    assert (tmp_path / "b" / "trace.json.gz").is_file()  # the whole program, or the window
+    assert m["steps_recorded"] == recorded, m  # term-window: killed as timed step 3 began
+    r = run("analyze", tmp_path / "b")
+    assert r.returncode == 0 and "killed by SIGTERM" in r.stdout, r.stdout + r.stderr
+
+
+def test_out_of_memory_under_the_profiler_is_named(tmp_path: Path) -> None:
+    got = collected(tmp_path / "b", "killed.py", "oom", steps=3, warmup=2)
+    assert got.returncode == 1
+    err = manifest(tmp_path / "b")["program"]["error"]
+    assert err.startswith("out of GPU memory while tensight's profiler recorded the window"), err
+    assert "OutOfMemoryError: CUDA out of memory" in err
+    assert "tensight: out of GPU memory while" in got.stderr
 
 
 def test_inference_steps_are_top_level_forwards(tmp_path: Path) -> None:
