@@ -2,8 +2,9 @@
 # Smoke test for the hold-out set B: runs every program (planted, --fixed, each --fix,
 # and one traced run) and checks the HOLDOUT_RESULT line, the chrome trace and the ET.
 #   bash holdout_b/smoke.sh [--device cpu] [--python PY] [--only NAME[,NAME...]]
+# Set C runs this same script on its own folder (HOLDOUT_SET; holdout_c/smoke.sh).
 set -u
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+HERE="${HOLDOUT_SET:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)}"
 DEVICE=cpu
 PY="${PYTHON:-python3}"
 ONLY=""
@@ -26,7 +27,7 @@ programs = json.load(open(os.path.join(here, "programs.json")))
 if only:
     keep = set(only.split(","))
     programs = [p for p in programs if p["name"] in keep]
-tmp = tempfile.mkdtemp(prefix="holdout_b_smoke_")
+tmp = tempfile.mkdtemp(prefix=os.path.basename(here) + "_smoke_")
 rows, failures = [], 0
 
 

@@ -8,6 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import tensight
 from helpers import TENSIGHT
 
@@ -38,42 +40,29 @@ def test_demos_in_the_readme_exist() -> None:
             assert f"- {name}:" in helped, name
 
 
-def test_holdout_figures_match_the_recorded_results() -> None:
-    s = {t: json.loads((ROOT / f"holdout/results-{t}.json").read_text())["summary"]
+_RUN = ("after.primary_ok_run1", "after.planted", "after.estimate_ok_run1",
+        "before.primary_ok_run1", "before.estimate_ok_run1")
+_HOLDOUT_SENTENCES = [
+    ("holdout", r"names a planted problem on (\d+)/(\d+) \(`tensight\s+run`\) and every "
+                r"estimated saving is\s+within ±35% on (\d+)/\d+ \(before this round's rule\s+"
+                r"changes: (\d+)/\d+ and (\d+)/\d+\)", _RUN),
+    ("holdout_b", r"changes without tuning on it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+                  r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+\)", _RUN),
+    ("holdout_c", r"none of which looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+                  r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
+                  r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
+]
+
+
+@pytest.mark.parametrize("folder, sentence, keys", _HOLDOUT_SENTENCES)
+def test_holdout_figures_match_the_recorded_results(folder: str, sentence: str,
+                                                    keys: tuple[str, ...]) -> None:
+    s = {t: json.loads((ROOT / f"{folder}/results-{t}.json").read_text())["summary"]
          for t in ("before", "after")}
-    said = re.search(r"names a planted problem on (\d+)/(\d+) \(`tensight\s+run`\) and every "
-                     r"estimated saving is\s+within ±35% on (\d+)/\d+ \(before this round's rule\s+"
-                     r"changes: (\d+)/\d+ and (\d+)/\d+\)", README)
-    assert said, "the README states the hold-out set's accuracy"
-    a, b = s["after"], s["before"]
-    assert [int(g) for g in said.groups()] == [
-        a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
-        b["estimate_ok_run1"]]
-
-
-def test_holdout_b_figures_match_the_recorded_results() -> None:
-    s = {t: json.loads((ROOT / f"holdout_b/results-{t}.json").read_text())["summary"]
-         for t in ("before", "after")}
-    said = re.search(r"changes without tuning on it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
-                     r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+\)", README)
-    assert said, "the README states hold-out set B's accuracy"
-    a, b = s["after"], s["before"]
-    assert [int(g) for g in said.groups()] == [
-        a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
-        b["estimate_ok_run1"]]
-
-
-def test_holdout_c_figures_match_the_recorded_results() -> None:
-    s = {t: json.loads((ROOT / f"holdout_c/results-{t}.json").read_text())["summary"]
-         for t in ("before", "after")}
-    said = re.search(r"none of which looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
-                     r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
-                     r"was (\d+)/\d+\)", README)
-    assert said, "the README states hold-out set C's accuracy"
-    a, b = s["after"], s["before"]
-    assert [int(g) for g in said.groups()] == [
-        a["primary_ok_run1"], a["planted"], a["estimate_ok_run1"], b["primary_ok_run1"],
-        b["estimate_ok_run1"], a["primary_ok_plain"], b["primary_ok_plain"]]
+    said = re.search(sentence, README)
+    assert said, f"the README states {folder}'s accuracy"
+    want = [s[k.split(".")[0]][k.split(".")[1]] for k in keys]
+    assert [int(g) for g in said.groups()] == want
 
 
 def test_accuracy_figures_match_the_recorded_results() -> None:

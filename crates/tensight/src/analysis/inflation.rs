@@ -13,9 +13,9 @@
 //! stays as it is), and a fix is judged on the timeline the program really has.
 //!
 //! A plain trace carries no unprofiled timing. Its host is deflated by a calibration
-//! instead ([`calibrated`]): what one recorded op or runtime call, and one Python call,
-//! cost the host under the profiler options the trace shows (shapes recorded or not,
-//! stacks or not), measured on an H200 by `scripts/h200/plain_calibration.py` on host-bound
+//! instead ([`calibrated`]): what one recorded host event (an op, a runtime call, a
+//! Python call) costs the host under the profiler options the trace shows (shapes, stacks,
+//! an execution trace beside it), measured on an H200 by `scripts/h200/plain_calibration.py` on host-bound
 //! programs of its own ([`CALIBRATION`]). That is an assumption about this trace's
 //! machine, and the report says so; the unprofiled step is then the replayed one.
 
@@ -81,20 +81,7 @@ pub fn unprofiled_timing(p: &Profile, gpu_busy_ms: f64) -> Option<(f64, &'static
 /// the profiler slowed them down.
 pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflation> {
     let (u, source) = unprofiled_step(p, profiled_step_ms, gpu_busy_ms)?;
-    let (first, last) = (p.steps.first()?, p.steps.last()?);
-    let inside = |t: i64| t >= first.start_ns && t < last.end_ns;
-    let mut at: Vec<i64> = p
-        .ops
-        .iter()
-        .map(|o| o.ts_ns)
-        .chain(p.python_frames.iter().map(|f| f.ts_ns))
-        .chain(p.runtime.iter().map(|r| r.ts_ns))
-        .filter(|&t| inside(t))
-        .collect();
-    if at.is_empty() {
-        return None;
-    }
-    at.sort_unstable();
+    let at = host_events(p)?;
     let n = p.steps.len().max(1) as f64;
     let events_per_step = at.len() as f64 / n;
     let per_event_ns = (profiled_step_ms - u) * 1e6 / events_per_step;
@@ -110,6 +97,23 @@ pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflat
             ..Default::default()
         },
     })
+}
+
+/// When the profiler recorded a host event (an op, a Python call, a runtime call) inside
+/// the analysed steps, sorted; `None` when there is none.
+fn host_events(p: &Profile) -> Option<Vec<i64>> {
+    let (first, last) = (p.steps.first()?, p.steps.last()?);
+    let inside = |t: i64| t >= first.start_ns && t < last.end_ns;
+    let mut at: Vec<i64> = p
+        .ops
+        .iter()
+        .map(|o| o.ts_ns)
+        .chain(p.python_frames.iter().map(|f| f.ts_ns))
+        .chain(p.runtime.iter().map(|r| r.ts_ns))
+        .filter(|&t| inside(t))
+        .collect();
+    at.sort_unstable();
+    (!at.is_empty()).then_some(at)
 }
 
 /// The calibration's file: what `scripts/h200/plain_calibration.py` measured.
@@ -186,36 +190,23 @@ pub fn calibrated(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
         return None;
     }
     let (costs, _) = calibration()?;
+    let at = host_events(p)?;
     let (first, last) = (p.steps.first()?, p.steps.last()?);
     let inside = |t: i64| t >= first.start_ns && t < last.end_ns;
-    let ops: Vec<&crate::model::CpuOp> = p.ops.iter().filter(|o| inside(o.ts_ns)).collect();
-    let shapes = ops.iter().any(|o| o.input_dims.is_some());
-    let frames: Vec<i64> = p
-        .python_frames
+    let shapes = p
+        .ops
         .iter()
-        .map(|f| f.ts_ns)
-        .filter(|&t| inside(t))
-        .collect();
+        .any(|o| inside(o.ts_ns) && o.input_dims.is_some());
+    let stack = p.python_frames.iter().any(|f| inside(f.ts_ns));
     let cost = costs
-        .per_event(shapes, !frames.is_empty(), p.execution_trace.is_some())
+        .per_event(shapes, stack, p.execution_trace.is_some())
         .max(0.0)
         .round() as i64;
-    let mut at: Vec<(i64, i64)> = ops
-        .iter()
-        .map(|o| o.ts_ns)
-        .chain(p.runtime.iter().map(|r| r.ts_ns).filter(|&t| inside(t)))
-        .chain(frames)
-        .map(|t| (t, cost))
-        .collect();
-    if at.is_empty() {
-        return None;
-    }
-    at.sort_unstable();
     let n = p.steps.len().max(1) as f64;
     let events_per_step = at.len() as f64 / n;
-    let per_event_ns = at.iter().map(|&(_, c)| c as f64).sum::<f64>() / at.len() as f64;
+    let per_event_ns = cost as f64;
     let change = Change {
-        host_points: at,
+        host_points: at.into_iter().map(|t| (t, cost)).collect(),
         ..Default::default()
     };
     let saved_ms = simulate::saving_ns(p, &change).max(0) as f64 / 1e6 / n;

@@ -304,7 +304,7 @@ struct Legend {
 /// The roofline section: the plot, its facts and legend, or why there is none.
 fn roofline_section(r: &Report, links: &Links) -> Value {
     let Some(rf) = &r.metrics.roofline else {
-        return context! { missing => no_roofline(r) };
+        return context! { missing => super::no_roofline(r) };
     };
     let (dots, legend) = dots(r, links);
     let svg = roofline::plot(
@@ -317,25 +317,6 @@ fn roofline_section(r: &Report, links: &Links) -> Value {
         facts => val(roofline_facts(r, rf)),
         legend => val(legend),
         points => dots.len(),
-    }
-}
-
-/// Why there is no roofline.
-fn no_roofline(r: &Report) -> &'static str {
-    if !r.profile.has_gpu() {
-        "no GPU activity in this trace"
-    } else if !r.metrics.compute.shapes_recorded {
-        "no shapes recorded (profile with record_shapes=True)"
-    } else if r
-        .metrics
-        .device
-        .as_ref()
-        .and_then(|d| d.ceilings.as_ref())
-        .is_none()
-    {
-        "device ceilings unknown for this GPU"
-    } else {
-        "no GEMM, convolution or attention ops with shapes in the steps"
     }
 }
 

@@ -72,3 +72,22 @@ pub(crate) fn step_boundaries(b: &BundleInfo) -> String {
         None => "not stated".to_string(),
     }
 }
+
+/// Why there is no roofline (one wording for every format).
+pub(crate) fn no_roofline(r: &Report) -> &'static str {
+    if !r.profile.has_gpu() {
+        "no GPU activity in this trace"
+    } else if !r.metrics.compute.shapes_recorded {
+        "no shapes recorded (profile with record_shapes=True)"
+    } else if r
+        .metrics
+        .device
+        .as_ref()
+        .and_then(|d| d.ceilings.as_ref())
+        .is_none()
+    {
+        "device ceilings unknown for this GPU"
+    } else {
+        "no GEMM, convolution or attention ops with shapes in the steps"
+    }
+}

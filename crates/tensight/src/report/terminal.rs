@@ -695,19 +695,7 @@ fn roofline(out: &mut String, r: &Report, t: &Term) {
     let Some(rf) = &r.metrics.roofline else {
         if r.profile.has_gpu() {
             t.section(out, "ROOFLINE ANALYSIS");
-            let why = if !r.metrics.compute.shapes_recorded {
-                "no shapes recorded (profile with record_shapes=True)"
-            } else if r
-                .metrics
-                .device
-                .as_ref()
-                .and_then(|d| d.ceilings.as_ref())
-                .is_none()
-            {
-                "device ceilings unknown for this GPU"
-            } else {
-                "no GEMM, convolution or attention ops with shapes in the steps"
-            };
+            let why = super::no_roofline(r);
             let _ = writeln!(out, "Not available: {why}.");
         }
         return;
