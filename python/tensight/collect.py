@@ -17,7 +17,9 @@ stacks, shapes or allocator events, whose per-op cost would slow a busy host); s
 W+N+2 is the detail step, ``ProfilerStep#N+1`` of ``detail.json.gz``, recorded in a
 profiler session of its own with everything on and the execution-trace observer (~40 µs
 per op). The GPU is drained at each edge. ``TENSIGHT_TIMED=full`` records the timed
-steps with everything on instead (as the detail step; no detail step then).
+steps with everything on instead (as the detail step; no detail step then). While a
+DataLoader still hands out what its workers prefetched (:mod:`tensight.prefetch`), the
+warm-up goes on (steps on ready batches do not show what loading costs).
 
 Until the first step boundary a *speculative* profile runs, kept in memory only in case
 no window gets recorded — a program with no steps, or one that ends or crashes before
