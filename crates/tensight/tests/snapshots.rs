@@ -111,3 +111,25 @@ snap_bundle!(bundle_h200_launch_bound, "h200-launch-bound");
 snap_bundle!(bundle_h200_fp32_gemm, "h200-fp32-gemm");
 snap_bundle!(bundle_h200_sync_in_loop, "h200-sync-in-loop");
 snap_bundle!(bundle_h200_probe, "h200-probe");
+
+/// The profiler's slowdown is one figure: the header's timing line and the note under
+/// the primary's saving state the same ratio (they once said 1.40× and 1.62×).
+#[test]
+fn the_profiler_slowdown_is_stated_once() {
+    for rel in ["h200-resnet50", "h200-launch-bound", "h200-late-migration"] {
+        let text = bundle_report(rel)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let ratio = |after: &str, end: char| -> String {
+            let at = text
+                .find(after)
+                .unwrap_or_else(|| panic!("{rel}: no `{after}`"));
+            let rest = &text[at + after.len()..];
+            rest[..rest.find(end).expect("a ratio")].to_string()
+        };
+        let header = ratio("median: ", '×');
+        let note = ratio("the profiler slowed the step ", '×');
+        assert_eq!(header, note, "{rel}");
+    }
+}

@@ -235,16 +235,10 @@ fn summary(r: &Report) -> Vec<Item> {
     ));
     if let Some(b) = &r.profile.bundle {
         v.push(item("Step boundaries", super::step_boundaries(b)));
-        let prof = crate::analysis::median_ms(&b.timing.step_ms_profiled);
-        let plain = crate::analysis::median_ms(&b.timing.step_ms_unprofiled);
-        if let (Some(p), Some(u)) = (prof, plain) {
+        if let Some((p, u, how)) = super::timing(r) {
             v.push(item(
                 "Under the profiler",
-                format!(
-                    "step {} profiled, {} without (medians)",
-                    fmt_ms(p),
-                    fmt_ms(u)
-                ),
+                format!("step {} profiled, {} without ({how})", fmt_ms(p), fmt_ms(u)),
             ));
         }
     }

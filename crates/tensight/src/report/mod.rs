@@ -91,3 +91,26 @@ pub(crate) fn no_roofline(r: &Report) -> &'static str {
         "no GEMM, convolution or attention ops with shapes in the steps"
     }
 }
+
+/// The step with and without the profiler, one pair for every place a report shows it:
+/// the diagnosis's (the analysed steps' mean against the unprofiled warm-up step, what
+/// its savings were scaled with) when it put savings into unprofiled time, else the
+/// collector's medians of its host clock. Profiled ms, unprofiled ms, how.
+pub(crate) fn timing(r: &Report) -> Option<(f64, f64, &'static str)> {
+    if let Some(u) = r
+        .diagnosis
+        .unprofiled
+        .as_ref()
+        .filter(|u| u.source != "calibration")
+    {
+        return Some((
+            u.profiled_step_ms,
+            u.unprofiled_step_ms,
+            "the analysed steps' mean, the warm-up's median",
+        ));
+    }
+    let b = r.profile.bundle.as_ref()?;
+    let p = crate::analysis::median_ms(&b.timing.step_ms_profiled)?;
+    let u = crate::analysis::median_ms(&b.timing.step_ms_unprofiled)?;
+    Some((p, u, "medians"))
+}

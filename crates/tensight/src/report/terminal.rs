@@ -209,7 +209,7 @@ fn header(out: &mut String, r: &Report, t: &Term) {
         labelled(out, t, "trace", &text);
     }
     if let Some(b) = bundle {
-        bundle_lines(out, b, t);
+        bundle_lines(out, r, b, t);
     }
     let dev = match &r.metrics.device {
         Some(d) if !d.name.is_empty() => format!(
@@ -367,7 +367,7 @@ fn labelled(out: &mut String, t: &Term, label: &str, text: &str) {
 }
 
 /// The program, how it ended and what was recorded, from a bundle's manifest.
-fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
+fn bundle_lines(out: &mut String, r: &Report, b: &BundleInfo, t: &Term) {
     if !b.command.is_empty() {
         let cmd: Vec<String> = b.command.iter().map(|a| shell_word(a)).collect();
         let cmd = cmd.join(" ");
@@ -403,7 +403,7 @@ fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
             "record",
             &format!("the whole program as one window: no optimizer.step() or module forward calls found{asked}"),
         );
-        timing_line(out, b, t);
+        timing_line(out, r, t);
         return;
     }
     let found = super::step_boundaries(b);
@@ -423,16 +423,12 @@ fn bundle_lines(out: &mut String, b: &BundleInfo, t: &Term) {
         "record",
         &format!("{recorded}{warm}; step boundaries: {found}"),
     );
-    timing_line(out, b, t);
+    timing_line(out, r, t);
 }
 
-/// Step time with and without the profiler, as the collector measured it.
-fn timing_line(out: &mut String, b: &BundleInfo, t: &Term) {
-    let (prof, plain) = (
-        crate::analysis::median_ms(&b.timing.step_ms_profiled),
-        crate::analysis::median_ms(&b.timing.step_ms_unprofiled),
-    );
-    if let (Some(p), Some(u)) = (prof, plain) {
+/// Step time with and without the profiler ([`super::timing`]).
+fn timing_line(out: &mut String, r: &Report, t: &Term) {
+    if let Some((p, u, how)) = super::timing(r) {
         let ratio = if u > 0.0 {
             format!(": {:.2}×", p / u)
         } else {
@@ -443,7 +439,7 @@ fn timing_line(out: &mut String, b: &BundleInfo, t: &Term) {
             t,
             "timing",
             &format!(
-                "step {} under the profiler, {} without (medians{ratio})",
+                "step {} under the profiler, {} without ({how}{ratio})",
                 fmt_ms(p),
                 fmt_ms(u)
             ),
