@@ -173,7 +173,15 @@ fn check(ctx: &Context) -> Vec<Finding> {
             ),
             ev(
                 "dense launch regions",
-                format!("{} ({:.0} kernels per step)", regions.len(), kernels as f64 / n),
+                // regions are counted over all the analysed steps (one may span an edge):
+                // their kernels in all, each region at least MIN_REGION_KERNELS
+                format!(
+                    "{} in {:.0} steps ({} kernels in all, {:.0} per step)",
+                    regions.len(),
+                    n,
+                    kernels,
+                    kernels as f64 / n
+                ),
             ),
             ev("median kernel in them", format!("{median_kernel_us:.1} µs")),
             ev("host time per launch in them", format!("{host_per_launch_us:.1} µs")),
