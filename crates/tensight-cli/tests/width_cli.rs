@@ -77,7 +77,8 @@ fn demo_fits_the_width_and_ends_with_what_to_run() {
         let out = stdout(&args, None);
         assert_fits(&format!("{args:?}"), &out, w);
         assert!(out.contains("OTHER DEMOS"), "{out}");
-        let tail: String = out.lines().rev().take(3).collect::<Vec<_>>().join(" ");
+        let lines: Vec<&str> = out.lines().collect();
+        let tail = lines[lines.len().saturating_sub(3)..].join(" ");
         assert!(
             tail.contains("tensight run -- python train.py")
                 && tail.contains("tensight analyze TRACE"),
