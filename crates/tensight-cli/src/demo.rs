@@ -5,6 +5,7 @@
 //! manifest and Kineto trace, and for the tensor-view demos their execution trace and
 //! Nsight Compute CSV too.
 
+use tensight::report::terminal::{fit, wrap_hanging};
 use tensight::report::Report;
 
 /// One embedded profile.
@@ -108,10 +109,21 @@ impl Demo {
     }
 }
 
-/// One line per other demo: its primary bottleneck and how to see it.
-pub fn others(shown: &str) -> String {
-    let mut s =
-        String::from("\nOTHER DEMOS (recorded on the same H200; `tensight demo NAME` shows one)\n");
+/// An entry per other demo: what it is and its primary bottleneck, wrapped to `width`
+/// (60 to 120) with a hanging indent.
+pub fn others(shown: &str, width: usize) -> String {
+    let w = width.clamp(60, 120);
+    let mut s = String::from("\n");
+    s.push_str(&wrap_hanging(
+        "OTHER DEMOS (recorded on the same H200; `tensight demo NAME` shows one)",
+        w,
+        "",
+        "  ",
+    ));
+    let name_w = DEMOS.iter().map(|d| d.name.len()).max().unwrap_or(0);
+    let hang = " ".repeat(name_w + 3);
+    let arrow = format!("{hang}→ ");
+    let under = " ".repeat(name_w + 5);
     for d in DEMOS.iter().filter(|d| d.name != shown) {
         let primary = d
             .report()
@@ -129,10 +141,27 @@ pub fn others(shown: &str) -> String {
                 ))
             })
             .unwrap_or_else(|| "no bottleneck found".into());
-        s.push_str(&format!(
-            "  {:<15} {}\n  {:<15} → {}\n",
-            d.name, d.what, "", primary
+        s.push_str(&wrap_hanging(
+            d.what,
+            w,
+            &format!("  {:<name_w$} ", d.name),
+            &hang,
         ));
+        s.push_str(&wrap_hanging(&primary, w, &arrow, &under));
     }
-    s
+    fit(&s, w, false)
+}
+
+/// The demo's last lines: what to run on one's own program, wrapped to `width`.
+pub fn closing(width: usize) -> String {
+    let w = width.clamp(60, 120);
+    let mut s = String::from("\n");
+    s.push_str(&wrap_hanging(
+        "Your own program: `tensight run -- python train.py` (profiles it and writes a \
+         bundle), or `tensight analyze TRACE` on a torch.profiler trace.",
+        w,
+        "",
+        "",
+    ));
+    fit(&s, w, false)
 }

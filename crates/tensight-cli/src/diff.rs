@@ -19,9 +19,8 @@ pub struct DiffArgs {
     /// Write the comparison to FILE instead of stdout.
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Wrap the text at this many columns (60 to 120).
-    #[arg(long, default_value_t = 80)]
-    width: usize,
+    #[arg(long, value_name = "N", help = crate::WIDTH_HELP)]
+    width: Option<usize>,
     /// With -o, replace an existing file that is not a tensight report.
     #[arg(long, requires = "output")]
     force: bool,
@@ -82,7 +81,7 @@ pub fn run(a: DiffArgs) -> tensight::Result<i32> {
             &c,
             RenderOptions {
                 color: false,
-                width: a.width,
+                width: a.width.unwrap_or_else(crate::default_width),
             },
         ),
     };

@@ -7,6 +7,7 @@
 mod demo;
 mod diff;
 mod output;
+mod rules_text;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -100,6 +101,8 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = RulesFormat::Text)]
         format: RulesFormat,
+        #[arg(long, value_name = "N", help = WIDTH_HELP)]
+        width: Option<usize>,
     },
 }
 
@@ -117,13 +120,45 @@ struct OutputArgs {
     /// Colour the text report.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     color: ColorChoice,
-    /// Wrap the text report at this many columns.
-    #[arg(long, default_value_t = 80)]
-    width: usize,
+    #[arg(long, value_name = "N", help = WIDTH_HELP)]
+    width: Option<usize>,
     /// With -o, replace an existing file that is not a tensight report (an earlier
     /// report is replaced without asking; an input never is).
     #[arg(long, requires = "output")]
     force: bool,
+}
+
+/// The `--help` of every `--width`.
+pub(crate) const WIDTH_HELP: &str = "Wrap the text at this many columns (60 to 120). Default: \
+$COLUMNS when it is a number, else the terminal's width when stdout is a terminal, else 80.";
+
+impl OutputArgs {
+    /// `--width`, or its default ([`default_width`]).
+    fn width(&self) -> usize {
+        self.width.unwrap_or_else(default_width)
+    }
+}
+
+/// The width when `--width` is not given: `COLUMNS` if it is a number, else the
+/// terminal's width when stdout is a terminal, else 80.
+pub(crate) fn default_width() -> usize {
+    width_from(std::env::var("COLUMNS").ok().as_deref(), || {
+        if std::io::stdout().is_terminal() {
+            terminal_size::terminal_size().map(|(w, _)| usize::from(w.0))
+        } else {
+            None
+        }
+    })
+}
+
+/// [`default_width`] from the value of `COLUMNS` and a query of the terminal.
+fn width_from(columns: Option<&str>, terminal: impl FnOnce() -> Option<usize>) -> usize {
+    columns
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .or_else(terminal)
+        .filter(|&n| n > 0)
+        .unwrap_or(80)
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -268,13 +303,22 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
                 return Ok(0);
             }
             emit(&report, &out, &[])?;
-            if name.is_none() && out.format == Format::Text && out.output.is_none() {
-                write_stdout(&demo::others(demo.name))?;
+            if out.format == Format::Text && out.output.is_none() {
+                let w = out.width();
+                if name.is_none() {
+                    write_stdout(&demo::others(demo.name, w))?;
+                }
+                write_stdout(&demo::closing(w))?;
             }
             Ok(0)
         }
-        Command::Rules { code, format } => {
-            let text = rules_text(code.as_deref(), format)?;
+        Command::Rules {
+            code,
+            format,
+            width,
+        } => {
+            let w = width.unwrap_or_else(default_width).clamp(60, 120);
+            let text = rules_text(code.as_deref(), format, w)?;
             write_stdout(&text)?;
             Ok(0)
         }
@@ -319,7 +363,7 @@ fn emit_forest(
             s.push('\n');
             s
         }
-        ForestFormat::Tree => report::forest::text(f, &report.input, out.width),
+        ForestFormat::Tree => report::forest::text(f, &report.input, out.width()),
     };
     write_out(&text, out, inputs)
 }
@@ -361,7 +405,7 @@ fn emit(report: &Report, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Resu
                 report,
                 RenderOptions {
                     color,
-                    width: out.width,
+                    width: out.width(),
                 },
             )
         }
@@ -394,7 +438,7 @@ fn write_stdout(text: &str) -> tensight::Result<()> {
     }
 }
 
-fn rules_text(code: Option<&str>, format: RulesFormat) -> tensight::Result<String> {
+fn rules_text(code: Option<&str>, format: RulesFormat, w: usize) -> tensight::Result<String> {
     let selected: Vec<&rules::Rule> = match code {
         Some(c) => vec![rules::find(c).ok_or_else(|| {
             tensight::Error::new(format!("unknown rule {c}"))
@@ -409,37 +453,28 @@ fn rules_text(code: Option<&str>, format: RulesFormat) -> tensight::Result<Strin
             s.push('\n');
             s
         }
-        RulesFormat::Text if code.is_some() => {
-            let m = selected[0].meta;
-            format!(
-                "# {} {}\n\nCategory: {} · status: {:?} · since {}\n\n{}",
-                m.code,
-                m.name,
-                m.category.label(),
-                m.status,
-                m.since,
-                m.doc
-            )
-        }
+        RulesFormat::Text if code.is_some() => rules_text::doc(selected[0].meta, w),
         RulesFormat::Text => {
-            let mut s = String::new();
-            for r in &selected {
-                let m = r.meta;
-                let first = m
-                    .doc
-                    .lines()
-                    .find(|l| !(l.starts_with('#') || l.trim().is_empty()))
-                    .unwrap_or("");
-                s.push_str(&format!(
-                    "{:<5} {:<32} {:<17} {}\n",
-                    m.code,
-                    m.name,
-                    m.category.label(),
-                    first
-                ));
-            }
-            s.push_str("\n`tensight rules CODE` prints a rule's documentation.\n");
-            s
+            let metas: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
+            rules_text::list(&metas, w)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::width_from;
+
+    #[test]
+    fn width_default_columns_wins_then_terminal_then_80() {
+        assert_eq!(width_from(Some("100"), || Some(200)), 100);
+        assert_eq!(width_from(Some("100"), || None), 100);
+        // Not a number: the terminal's width, else (not a terminal) 80.
+        assert_eq!(width_from(Some("wide"), || None), 80);
+        assert_eq!(width_from(Some("wide"), || Some(132)), 132);
+        assert_eq!(width_from(Some(""), || None), 80);
+        assert_eq!(width_from(None, || Some(132)), 132);
+        assert_eq!(width_from(None, || None), 80);
+        assert_eq!(width_from(Some("0"), || None), 80);
+    }
 }

@@ -64,6 +64,9 @@ struct RecordArgs {
     /// report.html, and annotated.json with `-f perfetto`).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
     format: Format,
+    // (The report on stdout; report.txt in the bundle is 80 columns wide.)
+    #[arg(long, value_name = "N", help = crate::WIDTH_HELP)]
+    width: Option<usize>,
     /// Then run the program a second time under Nsight Compute (`ncu` on PATH or
     /// $TENSIGHT_NCU) for one step: per-kernel hardware counters (ncu.csv.gz in the
     /// bundle). GPU clocks are left as they are (--clock-control none).
@@ -224,14 +227,15 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
     let shown = match r.format {
         Format::Json => json,
         Format::Html => html,
-        Format::Text if use_color(ColorChoice::Auto) => report::terminal::render(
-            &report,
-            RenderOptions {
-                color: true,
-                width: 80,
-            },
-        ),
-        Format::Text => text,
+        Format::Text => {
+            let color = use_color(ColorChoice::Auto);
+            let width = r.width.unwrap_or_else(crate::default_width);
+            if color || width != 80 {
+                report::terminal::render(&report, RenderOptions { color, width })
+            } else {
+                text
+            }
+        }
         Format::Perfetto => {
             // The annotated trace goes beside the reports; stdout gets the text report.
             let annotated = dir.join("annotated.json");

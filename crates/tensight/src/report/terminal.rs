@@ -30,7 +30,8 @@ pub fn render(r: &Report, o: RenderOptions) -> String {
 /// The last line of defence over the whole text: every line cut to the width (with `…`)
 /// and any control character the renderer did not write itself escaped
 /// ([`crate::text::terminal_safe`]). On a report built from cleaned names both are no-ops.
-pub(crate) fn fit(out: &str, w: usize, color: bool) -> String {
+/// The CLI runs its own texts (`tensight rules`, the demo's closing lines) through it too.
+pub fn fit(out: &str, w: usize, color: bool) -> String {
     let safe = crate::text::terminal_safe(out, color);
     if !color && safe.lines().all(|l| l.chars().count() <= w) {
         return safe.into_owned();
@@ -110,7 +111,7 @@ fn wrap(text: &str, width: usize, indent: &str) -> String {
 /// continue it by `rest` (a label's value continuing under itself). A word longer than a
 /// line (a path, a kernel name) is cut across lines; past two lines it is cut short with
 /// an ellipsis.
-pub(crate) fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
+pub fn wrap_hanging(text: &str, width: usize, first: &str, rest: &str) -> String {
     let mut out = String::new();
     for para in text.split('\n') {
         let hang = if para.starts_with("• ") { "  " } else { "" };
