@@ -176,9 +176,10 @@ fn check(ctx: &Context) -> Vec<Finding> {
                 // regions are counted over all the analysed steps (one may span an edge):
                 // their kernels in all, each region at least MIN_REGION_KERNELS
                 format!(
-                    "{} in {:.0} steps ({} kernels in all, {:.0} per step)",
+                    "{} in {:.0} step{} ({} kernels in all, {:.0} per step)",
                     regions.len(),
                     n,
+                    if n == 1.0 { "" } else { "s" },
                     kernels,
                     kernels as f64 / n
                 ),
