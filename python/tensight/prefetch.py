@@ -25,8 +25,9 @@ __all__ = ["install", "pending", "uninstall"]
 
 #: Batches beyond the prefetched ones the iterator must hand out.
 MARGIN = 2
-#: A ``__next__`` that blocks this long waited for its workers (seconds).
-BLOCKED_S = 0.002
+#: A ``__next__`` that blocks this long waited for its workers (seconds): longer than a
+#: ready batch takes on a loaded host (unpickling, the GIL), shorter than a real wait.
+BLOCKED_S = 0.010
 
 _live: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 _saved: dict[str, Any] = {}

@@ -210,8 +210,10 @@ def test_the_window_waits_for_a_dataloaders_prefetch_to_drain(tmp_path: Path) ->
     m = manifest(tmp_path / "b")
     assert m["steps_recorded"] == 3 and m["program"]["status"] == "completed"
     assert m["warmup_steps"] >= 4, m["warmup_steps"]  # 2 asked, then the prefetch drained
-    profiled = sorted(m["timing"]["step_ms_profiled"])
-    assert profiled[len(profiled) // 2] > 5.0, m["timing"]  # ~15 ms waiting; ~1 ms prefetched
+    # The two workers deliver in pairs (one step waits ~30 ms, the next none): the mean is
+    # ~15 ms in steady state, ~1 ms on prefetched batches.
+    profiled = m["timing"]["step_ms_profiled"]
+    assert sum(profiled) / len(profiled) > 5.0, m["timing"]
 
 
 @pytest.mark.parametrize("mode, recorded", [("term-early", 0), ("term-window", 2)])

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,16 +35,30 @@ def test_every_workload_has_a_bundle_and_a_timing() -> None:
         assert timings[name]["unfixed_ms"] > 0 and timings[name]["fixed_ms"] > 0, name
 
 
+#: Workloads whose primary is not the planted one, and what it is instead: since G001
+#: counts chains of long kernels (2026-12-02), transposed_chain's seven chained passes over
+#: an 8192² tensor (G001, 1.48 ms) outrank its planted transposed view (V003, 0.86 ms
+#: estimated, 0.75 ms measured), which is still reported, second.
+KNOWN_MISSES = {"transposed_chain": "G001"}
+
+
+def v003(r: dict[str, Any]) -> dict[str, Any]:
+    """The V003 finding of a report."""
+    return next(f for f in r["diagnosis"]["bottlenecks"] if f["code"] == "V003")
+
+
 def test_diagnosis_on_the_recorded_bundles(tmp_path: Path) -> None:
     doc = table(tmp_path)
     rows = {r["workload"]: r for r in doc["rows"]}
     for r in rows.values():
-        if r["expected"] not in (None, "real"):
+        if r["expected"] not in (None, "real") and r["workload"] not in KNOWN_MISSES:
             assert r["primary"] == r["expected"], r
+    for name, primary in KNOWN_MISSES.items():
+        assert rows[name]["primary"] == primary, rows[name]  # a miss that changes is news
     for name in ("control_bf16_gemm", "control_resnet50"):
         assert rows[name]["severe_findings"] == [], rows[name]
     s = doc["summary"]
-    assert s["planted"] >= 15 and s["primary_as_expected"] == s["planted"], s
+    assert s["planted"] >= 15 and s["primary_as_expected"] == s["planted"] - len(KNOWN_MISSES), s
     assert s["estimate_within_35pct"] >= 12, s
     # Against the bundle's own unprofiled steps (the workloads whose step time moves between
     # runs: device_ping_pong, dataloader_starvation, allocator_churn) the estimates hold too.
@@ -128,8 +143,8 @@ def test_v003_names_the_transpose_and_the_chain_with_and_without_hardware(tmp_pa
     measured = measured_saving("transposed_chain")
     r = report(FIXTURES / "transposed_chain")
     codes = [f["code"] for f in r["diagnosis"]["bottlenecks"]]
-    v = r["diagnosis"]["primary_bottleneck"]
-    assert v["code"] == "V003" and "V001" not in codes, codes  # the chain's kernels are V003's
+    v = v003(r)  # second to G001 (KNOWN_MISSES)
+    assert "V001" not in codes, codes  # the chain's kernels are V003's
     labels = {e["label"]: e["value"] for e in v["evidence"]}
     assert labels["created by"] == "aten::t at transposed_chain.py(27): step", labels
     assert "measured sectors" in v["estimate"] or "measured sectors" in str(v["evidence"])
@@ -141,8 +156,8 @@ def test_v003_names_the_transpose_and_the_chain_with_and_without_hardware(tmp_pa
     manifest = json.loads((bare / "manifest.json").read_text())
     manifest.pop("hardware", None)
     (bare / "manifest.json").write_text(json.dumps(manifest))
-    m = report(bare)["diagnosis"]["primary_bottleneck"]
-    assert m["code"] == "V003" and "dense bytes" in m["estimate"], m
+    m = v003(report(bare))
+    assert "dense bytes" in m["estimate"], m
     assert abs(m["saving_ms"] - measured) <= 0.35 * measured, (m["saving_ms"], measured)
 
 
@@ -159,8 +174,8 @@ def test_hardware_pass_covers_the_backward_pass_and_the_fixed_chain_is_quiet() -
     bundles = ROOT / "tests" / "fixtures" / "bundles"
     hw = report(bundles / "h200-transposed-chain-hw")
     assert hw["bundle"]["options"]["hardware"] is True
-    v = hw["diagnosis"]["primary_bottleneck"]
-    assert v["code"] == "V003" and "measured sectors" in v["estimate"], v
+    v = v003(hw)
+    assert "measured sectors" in v["estimate"], v
     measured = measured_saving("transposed_chain")
     assert abs(v["saving_ms"] - measured) <= 0.35 * measured, (v["saving_ms"], measured)
     manifest = json.loads((bundles / "h200-transposed-chain-hw" / "manifest.json").read_text())
