@@ -100,9 +100,11 @@
 //!     "bottlenecks": [ Finding ],              // largest saving first
 //!     "skipped_rules": [ { "code", "reason" } ],
 //!     "unprofiled": {                          // since 1.3; null: savings on the profiled
-//!       "profiled_step_ms": float,             // timeline (no bundle timing, or the
-//!       "unprofiled_step_ms": float,           // profiler slowed the step < 1.15×)
-//!       "source": "cuda_events"|"host_clock",  // how the warm-up steps were timed
+//!       "profiled_step_ms": float,             // timeline (the profiler slowed the step
+//!       "unprofiled_step_ms": float,           // < 1.15×, measured or calibrated)
+//!       "source": "cuda_events"|"host_clock"   // how the warm-up steps were timed, or
+//!         |"calibration",                      // a plain trace's replay without the
+//!                                              // profiler's calibrated cost (2026-12)
 //!       "scale": float,                        // every saving_ms was multiplied by it
 //!       "host_idle_cap_ms": float } | null,    // L001/C001/S001 capped at this
 //!     "deflation": {                           // since 1.6; null: no unprofiled timing
