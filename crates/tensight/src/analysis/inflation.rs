@@ -46,6 +46,11 @@ pub struct Deflation {
     /// The removal of that cost, for the simulator.
     #[serde(skip)]
     pub change: Change,
+    /// What replaying `change` saves over the analysed steps, ns, when that replay was
+    /// run already ([`calibrated`] needs it for the unprofiled step): the diagnosis uses
+    /// it instead of replaying the same change again.
+    #[serde(skip)]
+    pub saved_ns: Option<i64>,
 }
 
 /// The unprofiled step of `p`'s bundle, ms, and how it was timed (`cuda_events` or
@@ -96,6 +101,7 @@ pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflat
             host_points: at.into_iter().map(|t| (t, cost)).collect(),
             ..Default::default()
         },
+        saved_ns: None,
     })
 }
 
@@ -209,8 +215,8 @@ pub fn calibrated(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
         host_points: at.into_iter().map(|t| (t, cost)).collect(),
         ..Default::default()
     };
-    let saved_ms = simulate::saving_ns(p, &change).max(0) as f64 / 1e6 / n;
-    let u = profiled_step_ms - saved_ms;
+    let saved_ns = simulate::saving_ns(p, &change);
+    let u = profiled_step_ms - saved_ns.max(0) as f64 / 1e6 / n;
     (u > 0.0 && profiled_step_ms >= MIN_INFLATION * u).then_some(Deflation {
         profiled_step_ms,
         unprofiled_step_ms: u,
@@ -218,6 +224,7 @@ pub fn calibrated(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
         events_per_step,
         per_event_ns,
         change,
+        saved_ns: Some(saved_ns),
     })
 }
 

@@ -90,7 +90,10 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .as_ref()
         .map(|d| d.change.clone())
         .unwrap_or_default();
-    let base_saved = simulate::saving_ns(ctx.profile, &base);
+    let base_saved = deflation
+        .as_ref()
+        .and_then(|d| d.saved_ns)
+        .unwrap_or_else(|| simulate::saving_ns(ctx.profile, &base));
     if let Some(d) = &deflation {
         for f in findings.iter_mut() {
             resimulate(ctx, f, d, &base, base_saved);
