@@ -49,6 +49,8 @@ snap!(
     cpu_only,
     "real/cpu_only-rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 );
+// A CPU-only torch trace with ops and stacks: what it holds, its ops by host time.
+snap!(cpu_mlp, "cpu/cpu_mlp.json.gz");
 snap!(
     alexnet_pageable,
     "real/critical_path-alexnet-benchmark_result_2869224_1695835535_trace.json.gz"

@@ -228,6 +228,9 @@ fn summary(r: &Report) -> Vec<Item> {
         ));
     } else {
         v.push(item("GPU", "no GPU activity in this trace".into()));
+        if let Some(holds) = super::host_only_holds(r) {
+            v.push(item("Trace holds", holds));
+        }
     }
     v.push(item(
         "Steps",

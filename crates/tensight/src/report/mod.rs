@@ -73,6 +73,61 @@ pub(crate) fn step_boundaries(b: &BundleInfo) -> String {
     }
 }
 
+/// What a trace without GPU activity holds instead, per step (one wording for every
+/// format): `"host ops only: 1,234 op calls on 3 threads, 56 Python frames; no kernels,
+/// copies or GPU syncs"`. `None` when the trace has GPU activity.
+pub(crate) fn host_only_holds(r: &Report) -> Option<String> {
+    use crate::model::OpKind;
+    let p = &r.profile;
+    if p.has_gpu() {
+        return None;
+    }
+    let (lo, hi) = crate::analysis::window(p);
+    let n = p.steps.len().max(1) as f64;
+    let inside = |ts: i64| ts >= lo && ts < hi;
+    let events: Vec<&crate::model::CpuOp> = p
+        .ops
+        .iter()
+        .filter(|o| inside(o.ts_ns) && !o.name.starts_with("ProfilerStep#"))
+        .collect();
+    let threads: std::collections::BTreeSet<(i64, i64)> =
+        events.iter().map(|o| (o.pid, o.tid)).collect();
+    let ops = events.iter().filter(|o| o.kind == OpKind::Op).count();
+    let mut names: std::collections::BTreeMap<&str, usize> = Default::default();
+    for o in events.iter().filter(|o| o.kind == OpKind::Annotation) {
+        *names.entry(&o.name).or_default() += 1;
+    }
+    let annotations: usize = names.values().sum();
+    let frames = p.python_frames.iter().filter(|f| inside(f.ts_ns)).count();
+    let mut parts = vec![format!("{} op calls", fmt_count(ops as f64 / n))];
+    if let Some((name, k)) = names.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))) {
+        parts.push(format!(
+            "{} annotations (most: {name} ×{})",
+            fmt_count(annotations as f64 / n),
+            fmt_count(*k as f64 / n)
+        ));
+    }
+    if frames > 0 {
+        parts.push(format!("{} Python frames", fmt_count(frames as f64 / n)));
+    }
+    Some(format!(
+        "host events only, per step: {} on {} thread{}; no kernels, copies or GPU syncs \
+         (record with CUDA activity to analyse the GPU)",
+        parts.join(", "),
+        threads.len(),
+        if threads.len() == 1 { "" } else { "s" }
+    ))
+}
+
+/// A per-step count: whole when it is one, else one decimal.
+pub(crate) fn fmt_count(x: f64) -> String {
+    if (x - x.round()).abs() < 0.05 {
+        format!("{:.0}", x.round())
+    } else {
+        format!("{x:.1}")
+    }
+}
+
 /// Why there is no roofline (one wording for every format).
 pub(crate) fn no_roofline(r: &Report) -> &'static str {
     if !r.profile.has_gpu() {

@@ -685,6 +685,9 @@ fn summary(out: &mut String, r: &Report, t: &Term) {
             out,
             "GPU:              no GPU activity in this trace; GPU rules skipped"
         );
+        if let Some(holds) = super::host_only_holds(r) {
+            out.push_str(&keyed("Trace holds:", &holds, t.w));
+        }
     }
 }
 
@@ -857,6 +860,7 @@ fn timeline(out: &mut String, r: &Report, t: &Term) {
 fn kernels(out: &mut String, r: &Report, t: &Term) {
     let k = &r.metrics.kernels;
     if k.count == 0 {
+        host_ops(out, r, t);
         return;
     }
     t.section(out, "TOP KERNELS");
@@ -893,6 +897,25 @@ fn kernels(out: &mut String, r: &Report, t: &Term) {
         .collect();
     out.push('\n');
     out.push_str(&keyed("Kernel durations:", &hist.join(" · "), t.w));
+}
+
+/// A trace without GPU activity: its outermost ops by host time.
+fn host_ops(out: &mut String, r: &Report, t: &Term) {
+    let ops = &r.metrics.top_ops_cpu;
+    if ops.is_empty() || r.profile.has_gpu() {
+        return;
+    }
+    t.section(out, "TOP OPS BY HOST TIME");
+    let n = r.metrics.summary.steps.max(1) as f64;
+    for o in ops.iter().take(8) {
+        let _ = writeln!(
+            out,
+            "{:>10} {:>6}× per step  {}",
+            fmt_ms(o.cpu_ns as f64 / 1e6 / n),
+            super::fmt_count(o.count as f64 / n),
+            short(&o.name, t.w.saturating_sub(28))
+        );
+    }
 }
 
 /// A tree's excess traffic worth listing under "By wasted traffic", as a share of its traffic.
