@@ -1,6 +1,6 @@
 """Batched text-generation server loop over a bf16 GPT with a static KV cache.
 
-Each server tick takes a batch of 64 prompts (512 tokens), runs the prefill, then
+Each server tick takes a batch of 256 prompts (32 tokens), runs the prefill, then
 greedily decodes 32 new tokens with the cached keys/values (torch.inference_mode,
 SDPA). Finished sequences (EOS) keep emitting EOS; the tick returns the generated
 token lists. Timed with the wall clock and torch.cuda.synchronize().
@@ -176,7 +176,7 @@ def main():
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     if cuda:
-        V, D, H, L, B, P, N = 32000, 2048, 16, 16, 64, 512, 32
+        V, D, H, L, B, P, N = 32000, 2048, 16, 16, 256, 32, 32
     else:
         V, D, H, L, B, P, N = 256, 64, 4, 2, 4, 16, 8
     dtype = torch.bfloat16 if cuda else torch.float32

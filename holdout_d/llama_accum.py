@@ -1,6 +1,6 @@
 """LLaMA-style decoder pre-training with gradient accumulation.
 
-Hand-written decoder (RMSNorm, rotary embeddings, grouped-query attention through
+Hand-written decoder (RMSNorm, rotary embeddings, multi-head attention through
 F.scaled_dot_product_attention, SwiGLU MLP, untied head), bf16 autocast, fused AdamW.
 Each optimizer step accumulates 4 micro-batches. Micro-batches are packed on the host
 from a numpy token corpus: documents are separated by an EOS id and the label of each
@@ -123,6 +123,7 @@ class RMSNorm(nn.Module):
 
 
 def rope(x, cos, sin):
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
@@ -147,9 +148,9 @@ class Block(nn.Module):
         k, v = self.wkv(h).view(B, S, 2, self.kvh, self.hd).permute(2, 0, 3, 1, 4)
         q, k = rope(q, cos, sin), rope(k, cos, sin)
         if self.causal_flag:
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype), enable_gqa=True)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.to(q.dtype))
         x = x + self.wo(a.transpose(1, 2).reshape(B, S, D))
         g, u = self.w13(self.n2(x)).chunk(2, dim=-1)
         return x + self.w2(F.silu(g) * u)
@@ -195,9 +196,9 @@ def main():
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     if cuda:
-        V, D, L, H, KV, S, MB, ACC = 32000, 1024, 8, 16, 4, 4096, 2, 4
+        V, D, L, H, KV, S, MB, ACC = 32000, 1024, 8, 16, 16, 4096, 2, 4
     else:
-        V, D, L, H, KV, S, MB, ACC = 512, 64, 2, 4, 2, 64, 2, 2
+        V, D, L, H, KV, S, MB, ACC = 512, 64, 2, 4, 4, 64, 2, 2
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     corpus = rng.integers(1, V, size=(4_000_000 if cuda else 100_000), dtype=np.int32)

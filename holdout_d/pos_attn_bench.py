@@ -149,6 +149,7 @@ def main():
     cuda = dev.type == "cuda"
     B, S, E, H, L = (8, 4096, 1024, 16, 4) if cuda else (2, 128, 64, 4, 2)
     dtype = torch.bfloat16 if cuda else torch.float32
+    torch.manual_seed(0)
     layers = make_layers(L, E, dev, dtype)
     x = torch.randn(B, S, E, device=dev, dtype=dtype)
     pos = sinusoid_table(S, E).to(dev, dtype) if args.fixed else None

@@ -109,6 +109,7 @@ class Loop:
 
 
 DT, DRAG = 0.05, 0.1
+HALF_LOG_2PI = 0.9189385332046727
 
 
 class NumpyPointMass:
@@ -178,11 +179,11 @@ def main():
         for t in range(T):
             o = obs if args.fixed else torch.from_numpy(obs).to(dev)
             mu, v = net(o)
-            dist = torch.distributions.Normal(mu, net.log_std.exp())
-            a = dist.sample()
-            logps.append(dist.log_prob(a).sum(-1))
+            std = net.log_std.exp()
+            a = (mu + std * torch.randn_like(mu)).detach()
+            logps.append((-0.5 * ((a - mu) / std) ** 2 - net.log_std - HALF_LOG_2PI).sum(-1))
             vals.append(v)
-            ents.append(dist.entropy().sum(-1))
+            ents.append((0.5 + HALF_LOG_2PI + net.log_std).sum().expand(n_env))
             if args.fixed:
                 obs, r = env.step(a)
             else:
