@@ -137,7 +137,7 @@ def main():
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     if cuda:
-        B, T, H, C, hid, n, length = 256, 512, 96, 128, 256, 12, 200_000
+        B, T, H, C, hid, n, length = 256, 512, 96, 128, 256, 8, 200_000
     else:
         B, T, H, C, hid, n, length = 8, 32, 8, 8, 16, 3, 2_000
     torch.manual_seed(0)
