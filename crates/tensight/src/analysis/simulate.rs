@@ -308,6 +308,29 @@ impl Cuts {
     }
 }
 
+/// `cuts` less every part that lies in one of `holes`: sorted, disjoint intervals (a
+/// change that removes host time but keeps what another cause owns inside it).
+pub(crate) fn subtract_intervals(cuts: Vec<(i64, i64)>, holes: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+    let holes = merge_intervals(holes);
+    let mut out = Vec::new();
+    for (mut a, b) in merge_intervals(cuts) {
+        let k = holes.partition_point(|h| h.1 <= a);
+        for &(h0, h1) in &holes[k..] {
+            if h0 >= b {
+                break;
+            }
+            if h0 > a {
+                out.push((a, h0));
+            }
+            a = a.max(h1);
+        }
+        if b > a {
+            out.push((a, b));
+        }
+    }
+    out
+}
+
 /// Sorted, disjoint union of intervals.
 fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     v.retain(|&(a, b)| b > a);
@@ -334,6 +357,18 @@ fn launch_ns(p: &Profile, g: &GpuActivity) -> i64 {
 mod tests {
     use super::*;
     use crate::testing::TraceBuilder;
+
+    #[test]
+    fn subtracting_intervals_keeps_what_the_holes_do_not_cover() {
+        let cuts = vec![(0, 100), (200, 300)];
+        let holes = vec![(10, 20), (15, 30), (90, 210), (250, 260), (400, 500)];
+        assert_eq!(
+            subtract_intervals(cuts, holes),
+            vec![(0, 10), (30, 90), (210, 250), (260, 300)]
+        );
+        assert_eq!(subtract_intervals(vec![(5, 9)], vec![]), vec![(5, 9)]);
+        assert!(subtract_intervals(vec![(5, 9)], vec![(0, 10)]).is_empty());
+    }
 
     /// One step of 2 ms: 10 kernels of `dur` µs launched every `every` µs, then a sync
     /// (`.item()`-like) that waits for them.

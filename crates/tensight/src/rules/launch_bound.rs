@@ -3,7 +3,7 @@
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::median;
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{subtract_intervals, Change};
 use crate::analysis::timeline::{gpu_range, overlap};
 use crate::model::{OpKind, Profile, RuntimeKind};
 use std::collections::BTreeMap;
@@ -60,7 +60,10 @@ next kernel was queued more than 5 µs, `SKEW_NS`, before the GPU ran dry). Repo
 the estimated saving is at least 1% of the step (`MIN_SAVING_PCT`). The saving is the
 step replayed (`analysis::simulate`) with each region as one CUDA graph: its kernels
 back to back 1 µs apart (`GRAPH_GAP_NS`), the host's work between its first and last
-launch gone but for one graph launch of 10 µs (`GRAPH_LAUNCH_NS`, an assumption).
+launch gone but for one graph launch of 10 µs (`GRAPH_LAUNCH_NS`, an assumption) —
+except the host time of allocator calls (`cudaMalloc`/`cudaFree`), copies and syncs in
+that span: that is not launch overhead, and the rules of its cause (A002, D001, S001)
+own it.
 
 ## References
 - PyTorch docs: "CUDA Graphs" (torch.cuda.graphs) and `torch.compile(mode="reduce-overhead")`.
@@ -101,14 +104,23 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .sum();
     let _ = removable_ns.min(idle_cpu_ns);
     // The fix: each region replayed as one CUDA graph, its kernels back to back, and the
-    // host's per-op work inside it gone but for one graph launch.
+    // host's per-op work inside it gone but for one graph launch. Host time in allocator
+    // calls, copies and syncs inside the span is not launch overhead: other causes own it
+    // (A002, D001, S001), so it stays.
+    let spans: Vec<(i64, i64)> = regions
+        .iter()
+        .filter(|r| r.launch_span.1 > r.launch_span.0 + GRAPH_LAUNCH_NS)
+        .map(|r| (r.launch_span.0 + GRAPH_LAUNCH_NS, r.launch_span.1))
+        .collect();
+    let owned = sorted_ranges(p, |k| {
+        matches!(
+            k,
+            RuntimeKind::Malloc | RuntimeKind::Free | RuntimeKind::Memcpy | RuntimeKind::Sync
+        )
+    });
     let change = Change {
         graphs: regions.iter().map(|r| r.members.clone()).collect(),
-        host_cuts: regions
-            .iter()
-            .filter(|r| r.launch_span.1 > r.launch_span.0 + GRAPH_LAUNCH_NS)
-            .map(|r| (r.launch_span.0 + GRAPH_LAUNCH_NS, r.launch_span.1))
-            .collect(),
+        host_cuts: subtract_intervals(spans, owned),
         ..Default::default()
     };
     let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / n;
@@ -158,7 +170,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         ),
         saving_ms,
         estimate: format!(
-            "the step replayed with {} dense launch region(s) (≥{MIN_REGION_KERNELS} kernels, median under {} µs, every gap ended by a launch issued after the GPU ran dry, gaps under {} µs) each as one CUDA graph: kernels {} µs apart, the host's work between the region's launches replaced by one {} µs graph launch; averaged over steps. Measured under the profiler, whose per-op overhead widens these gaps: compare with a run profiled the same way after the fix",
+            "the step replayed with {} dense launch region(s) (≥{MIN_REGION_KERNELS} kernels, median under {} µs, every gap ended by a launch issued after the GPU ran dry, gaps under {} µs) each as one CUDA graph: kernels {} µs apart, the host's work between the region's launches replaced by one {} µs graph launch, but for its allocator calls, copies and syncs (their own rules' time); averaged over steps. Measured under the profiler, whose per-op overhead widens these gaps: compare with a run profiled the same way after the fix",
             regions.len(),
             SHORT_KERNEL_NS / 1_000,
             MAX_GAP_NS / 1_000,
