@@ -7,6 +7,7 @@
 //! the larger ones are fixed (its marginal saving), so findings that explain the same
 //! idle time are not counted twice and the marginals never sum past the step.
 
+mod merge;
 pub mod unprofiled;
 
 use crate::analysis::inflation::{self, Deflation};
@@ -76,11 +77,12 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .collect();
     // Rules are independent reads of the same model: run them in parallel; the sort
     // below makes the order deterministic.
-    let mut findings: Vec<Finding> = REGISTRY
+    let findings: Vec<Finding> = REGISTRY
         .par_iter()
         .filter(|r| runs(r.meta))
         .flat_map_iter(|r| (r.check)(ctx))
         .collect();
+    let mut findings = merge::same_cause(ctx, findings);
     let busy = ctx.metrics.summary.gpu_busy_ms_per_step;
     // The profiler's own cost, removed once: the simulated findings are replayed on the
     // deflated host timeline, the others scaled to the unprofiled step.
