@@ -96,7 +96,7 @@ def test_training_script_writes_a_bundle(train_bundle: tuple[Path, Any]) -> None
     bundle, r = train_bundle
     assert r.returncode == 0, r.stderr
     m = manifest(bundle)
-    assert m["format"] == "tensight-bundle" and m["format_version"] == "1.1"
+    assert m["format"] == "tensight-bundle" and m["format_version"] == "1.2"
     assert m["tensight_version"] == tensight.__version__
     assert m["step_detection"] == "optimizer"
     assert (m["warmup_steps"], m["steps_requested"], m["steps_recorded"]) == (2, 3, 3)
@@ -109,6 +109,7 @@ def test_training_script_writes_a_bundle(train_bundle: tuple[Path, Any]) -> None
     assert m["options"] == {"timed": lean, "detail": full, "hardware": False}
     assert m["detail_step"] == 4 and m["step_loop"] is None
     assert m["device"] is None and m["cwd"] == os.getcwd()
+    assert m["distributed"] is None  # no RANK in the environment: a single process
     assert m["command"][0].endswith("train_cpu.py") and m["command"][1:] == ["12"]
     assert len(m["timing"]["step_ms_unprofiled"]) == 1  # step 2 (step 1 has no start)
     assert len(m["timing"]["step_ms_profiled"]) == 3
