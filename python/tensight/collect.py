@@ -328,9 +328,7 @@ class Collector:
     def _boundary(self) -> None:
         now = time.perf_counter()
         self.count += 1
-        if self.distributed is not None and self.distributed.backend is None:
-            # while the program's process group is up (it may be gone at exit)
-            self.distributed = ranks.with_backend(self.distributed)
+        self._rank()  # the backend, while the program's process group is up
         if self.spec_running:
             if self.spec_tid != threading.get_ident():
                 say("steps run in another thread than the one that imported torch: "

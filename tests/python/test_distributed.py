@@ -136,19 +136,26 @@ def test_torchrun_records_every_rank_with_a_straggler(straggler_job: tuple[Path,
         assert profiled[len(profiled) // 2] >= 7.0, (m["distributed"], m["timing"])
 
 
-def test_a_rank_bundle_reads_alone(straggler_job: tuple[Path, Any, float]) -> None:
-    """`tensight analyze BUNDLE/rank1`: a rank's bundle (with `distributed`) is an
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_rank_bundle_reads_alone(straggler_job: tuple[Path, Any, float], rank: int) -> None:
+    """`tensight analyze BUNDLE/rankN`: a rank's bundle (with `distributed`) is an
     ordinary bundle, and its manifest round-trips through the engine's typed one."""
     from tensight import _native
 
     out, _, _ = straggler_job
-    r = run("analyze", out / "rank1")
+    bundle = out / f"rank{rank}"
+    r = run("analyze", bundle, "--format", "json")
     assert_no_crash(r)
     assert r.returncode == 0, r.stderr
-    assert_full_report(r.stdout)
-    read = json.loads(_native.read_manifest(str(out / "rank1" / "manifest.json")))
-    written = _manifest(out / "rank1")
-    assert read["unknown"] == [] and read["manifest"]["distributed"] == written["distributed"]
+    report = json.loads(r.stdout)
+    assert report["diagnosis"] is not None
+    text = run("analyze", bundle)
+    assert text.returncode == 0 and f"rank {rank} of 2 (gloo)" in text.stdout, text.stdout
+    assert_full_report(text.stdout)
+    read = json.loads(_native.read_manifest(str(bundle / "manifest.json")))
+    written = _manifest(bundle)
+    assert read["unknown"] == []
+    assert {k: read["manifest"][k] for k in written} == written
 
 
 def test_python_m_torch_distributed_run(tmp_path: Path) -> None:
@@ -199,6 +206,29 @@ def test_a_crashed_rank_leaves_every_bundle_finished(tmp_path: Path, rank0: str)
         assert (out / f"rank{n}" / "trace.json.gz").is_file(), m
         assert m["files"]["trace"] == "trace.json.gz" and m["steps_recorded"] == 1, m
     assert f"tensight analyze {out}" in r.stderr, r.stderr
+
+
+def test_ranks_that_find_steps_differently_are_named(tmp_path: Path) -> None:
+    """Not SPMD: rank 0 steps an optimizer, rank 1 only calls the model (in a loop). Each rank's
+    manifest says how it found its steps, and `run` warns."""
+    out = tmp_path / "bundle"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TENSIGHT_")}
+    r = subprocess.run([TENSIGHT, "run", "--steps", str(STEPS), "--warmup", str(WARMUP),
+                        "--out", str(out), "--", sys.executable, "-m", "torch.distributed.run",
+                        "--standalone", "--nproc-per-node", "2",
+                        str(PROGRAM.with_name("ranks_differ.py"))],
+                       capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT, check=False)
+    assert_no_crash(r)
+    assert r.returncode == 0, r.stderr
+    detection = [_manifest(out / f"rank{n}")["step_detection"] for n in (0, 1)]
+    # rank 1: its model calls, or (chosen over them) the loop around them
+    assert detection[0] == "optimizer" and detection[1] in ("forward", "loop"), r.stderr
+    top = _manifest(out)
+    assert [e["step_detection"] for e in top["ranks"]] == detection
+    warned = [line for line in r.stderr.splitlines() if line.startswith("warning: rank 1 ")]
+    assert len(warned) == 1 and "the ranks' steps do not line up" in warned[0], r.stderr
+    assert f"recorded {detection[1]} steps" in warned[0], warned
+    assert "but rank 0 recorded optimizer steps" in warned[0], warned
 
 
 def assert_no_crash_in_tensight(r: subprocess.CompletedProcess[str]) -> None:

@@ -198,15 +198,16 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
 fn report_job(r: &RecordArgs, rec: &Recorded, job: &ranks::Job) -> tensight::Result<i32> {
     let m = &job.manifest;
     for e in &m.ranks {
-        let steps = match (&e.step_detection, e.iterations) {
-            (Some(d), Some([a, b])) => format!(", {d} steps at iterations {a}..{b}"),
-            _ => String::new(),
-        };
         let why = e
             .error
             .as_ref()
             .map(|x| format!(" ({x})"))
             .unwrap_or_default();
+        let steps = if e.status == "missing" {
+            String::new()
+        } else {
+            format!(", {}", e.steps_text())
+        };
         eprintln!("tensight: rank {} {}{why}{steps}", e.rank, e.status);
     }
     for w in &job.warnings {

@@ -72,6 +72,18 @@ pub struct RankEntry {
     pub iterations: Option<[u64; 2]>,
 }
 
+impl RankEntry {
+    /// Its timed steps in words, numbered from 1 as the collector's progress lines
+    /// count them (`optimizer steps 4..6`: iterations 3..5).
+    pub fn steps_text(&self) -> String {
+        match (&self.step_detection, self.iterations) {
+            (Some(d), Some([a, b])) => format!("{d} steps {}..{}", a + 1, b + 1),
+            (Some(d), None) => format!("no timed steps ({d})"),
+            (None, _) => "no steps".into(),
+        }
+    }
+}
+
 /// What [`summarize`] found.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -222,11 +234,6 @@ fn window_warnings(ranks: &[RankEntry]) -> Vec<String> {
     let Some(first) = seen.first() else {
         return Vec::new();
     };
-    let say = |r: &RankEntry| match (&r.step_detection, r.iterations) {
-        (Some(d), Some([a, b])) => format!("{d} steps at iterations {a}..{b}"),
-        (Some(d), None) => format!("{d} (no timed steps)"),
-        (None, _) => "no steps".into(),
-    };
     seen[1..]
         .iter()
         .filter(|r| (&r.step_detection, r.iterations) != (&first.step_detection, first.iterations))
@@ -234,9 +241,9 @@ fn window_warnings(ranks: &[RankEntry]) -> Vec<String> {
             format!(
                 "rank {} recorded {} but rank {} recorded {}: the ranks' steps do not line up",
                 r.rank,
-                say(r),
+                r.steps_text(),
                 first.rank,
-                say(first)
+                first.steps_text()
             )
         })
         .collect()
@@ -274,7 +281,8 @@ mod tests {
         assert_eq!(m.program.status, "crashed");
         assert_eq!(job.recorded.len(), 2);
         assert_eq!(job.warnings.len(), 1, "{:?}", job.warnings);
-        assert!(job.warnings[0].contains("rank 1 recorded loop steps at iterations 6..10"));
+        assert!(job.warnings[0]
+            .contains("rank 1 recorded loop steps 7..11 but rank 0 recorded optimizer steps 5..9"));
         write(t.path(), m).unwrap();
         let back: serde_json::Value =
             serde_json::from_slice(&std::fs::read(t.path().join(MANIFEST)).unwrap()).unwrap();

@@ -7,8 +7,8 @@ subprocesses — see ``TENSIGHT_OWNER_PID`` of another pid and do nothing), wait
 ``torch`` to be imported (an import hook: torch is never imported here) and then installs
 the collector (``tensight.collect``). A distributed job's launcher (torchrun's agent,
 :func:`tensight.ranks.is_launcher`) neither claims the run nor records: each rank it
-starts is the first Python process of its own and records itself. Any failure prints one ``tensight: ...`` line on
-stderr and the program runs as it would without tensight.
+starts is the first Python process of its own and records itself. Any failure prints
+one ``tensight: ...`` line on stderr and the program runs as it would without tensight.
 """
 
 from __future__ import annotations
