@@ -48,15 +48,16 @@ def _torchrun() -> list[str] | None:
     return [found] if found else None
 
 
-def _job(out: Path, launcher: list[str], nproc: int, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """`tensight run --steps 3 --warmup 2 --out OUT -- LAUNCHER --standalone
+def _job(out: Path, launcher: list[str], nproc: int, *args: str,
+         run_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], float]:
+    """`tensight run --steps 3 --warmup 2 --out OUT RUN_ARGS -- LAUNCHER --standalone
     --nproc-per-node N ddp_cpu.py ARGS`, and its wall time in seconds."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TENSIGHT_")}
     env["PYTHONWARNINGS"] = "ignore"
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     cmd = [TENSIGHT, "run", "--steps", str(STEPS), "--warmup", str(WARMUP), "--out", str(out),
-           "--", *launcher, "--standalone", "--nproc-per-node", str(nproc), str(PROGRAM), *args]
+           *run_args, "--", *launcher, "--standalone", "--nproc-per-node", str(nproc), str(PROGRAM), *args]
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT,
                        check=False)
@@ -107,7 +108,9 @@ def assert_job(out: Path, r: subprocess.CompletedProcess[str], nproc: int) -> li
     assert len({tuple(e["iterations"]) for e in top["ranks"]}) == 1, top["ranks"]
     steps = [_profiler_steps(out / f"rank{n}") for n in range(nproc)]
     assert steps == [[f"ProfilerStep#{k}" for k in range(1, STEPS + 1)]] * nproc
-    assert "warning" not in r.stderr, r.stderr  # no rank's steps differ
+    warnings = [line for line in r.stderr.splitlines()
+                if line.startswith("warning:") and not line.startswith("warning: no hardware pass")]
+    assert warnings == [], r.stderr  # no rank's steps differ
     # run reported rank 0 and named the cross-rank analysis
     assert_full_report(r.stdout)
     assert (out / "rank0" / "report.txt").is_file()
@@ -159,10 +162,17 @@ def test_a_rank_bundle_reads_alone(straggler_job: tuple[Path, Any, float], rank:
 
 
 def test_python_m_torch_distributed_run(tmp_path: Path) -> None:
+    """The launcher as a module; --hardware is skipped for a job, with a warning (the
+    Nsight Compute pass would need a GPU anyway: it must not even be tried)."""
     out = tmp_path / "bundle"
-    r, wall = _job(out, [sys.executable, "-m", "torch.distributed.run"], 2)
+    r, wall = _job(out, [sys.executable, "-m", "torch.distributed.run"], 2,
+                   run_args=("--hardware",))
     print(f"2-rank python -m torch.distributed.run job: {wall:.1f} s")
     assert_job(out, r, 2)
+    assert "warning: no hardware pass: --hardware does not run for a distributed job" in r.stderr
+    for n in (0, 1):
+        m = _manifest(out / f"rank{n}")
+        assert m["hardware"] is None and m["files"]["ncu"] is None
 
 
 def test_four_ranks(tmp_path: Path) -> None:
