@@ -36,7 +36,7 @@ if not (dist.is_available() and dist.is_gloo_available()):
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 PROGRAM = Path(__file__).resolve().parent / "programs" / "ddp_cpu.py"
-#: A job that takes longer hangs (2 ranks take ~40 s on a loaded 2-core machine).
+#: A job that takes longer hangs (2 or 4 ranks: 15-45 s on a loaded 2-core machine).
 JOB_TIMEOUT = 240
 STEPS, WARMUP = 3, 2
 
@@ -73,6 +73,14 @@ def _profiler_steps(bundle: Path) -> list[str]:
     with gzip.open(bundle / "trace.json.gz", "rt") as f:
         events = json.load(f)["traceEvents"]
     return sorted({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+
+
+def _all_reduce_ms(bundle: Path) -> float:
+    """Time in gloo's all-reduce (its `gloo:all_reduce` ranges) over the timed steps, ms."""
+    with gzip.open(bundle / "trace.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    return sum(float(e.get("dur", 0)) for e in events
+               if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce") / 1e3
 
 
 def assert_job(out: Path, r: subprocess.CompletedProcess[str], nproc: int) -> list[dict[str, Any]]:
@@ -137,6 +145,9 @@ def test_torchrun_records_every_rank_with_a_straggler(straggler_job: tuple[Path,
     for m in manifests:
         profiled = sorted(m["timing"]["step_ms_profiled"])
         assert profiled[len(profiled) // 2] >= 7.0, (m["distributed"], m["timing"])
+    # ... and the traces show where: rank 0 waits in the all-reduce for rank 1
+    waits = [_all_reduce_ms(out / f"rank{n}") for n in (0, 1)]
+    assert waits[0] >= STEPS * 5.0 and waits[0] > 2 * waits[1], waits
 
 
 @pytest.mark.parametrize("rank", [0, 1])
