@@ -57,7 +57,8 @@ def _job(out: Path, launcher: list[str], nproc: int, *args: str,
     for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(k, None)
     cmd = [TENSIGHT, "run", "--steps", str(STEPS), "--warmup", str(WARMUP), "--out", str(out),
-           *run_args, "--", *launcher, "--standalone", "--nproc-per-node", str(nproc), str(PROGRAM), *args]
+           *run_args, "--", *launcher, "--standalone", "--nproc-per-node", str(nproc),
+           str(PROGRAM), *args]
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=JOB_TIMEOUT,
                        check=False)
@@ -127,7 +128,8 @@ def assert_job(out: Path, r: subprocess.CompletedProcess[str], nproc: int) -> li
 
 
 @pytest.fixture(scope="module")
-def straggler_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], float]:
+def straggler_job(
+        tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str], float]:
     launcher = _torchrun()
     if launcher is None:
         pytest.skip("no torchrun command")
@@ -136,7 +138,8 @@ def straggler_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpr
     return out, r, wall
 
 
-def test_torchrun_records_every_rank_with_a_straggler(straggler_job: tuple[Path, Any, float]) -> None:
+def test_torchrun_records_every_rank_with_a_straggler(
+        straggler_job: tuple[Path, Any, float]) -> None:
     out, r, wall = straggler_job
     print(f"2-rank torchrun job under tensight run: {wall:.1f} s")
     manifests = assert_job(out, r, 2)

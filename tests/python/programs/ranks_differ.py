@@ -2,7 +2,8 @@
 
 Both ranks call the model once per iteration and all-reduce a tensor (gloo, CPU); only
 rank 0 trains (loss.backward, optimizer.step), so rank 0's steps are optimizer steps and
-rank 1's its model calls or the loop around them: `tensight run` must warn that the ranks' steps do not line up."""
+rank 1's its model calls or the loop around them: `tensight run` must warn that the
+ranks' steps do not line up."""
 
 import torch
 import torch.distributed as dist
