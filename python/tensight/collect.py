@@ -147,6 +147,8 @@ class Collector:
         self._window_log_level: int | None = None
         self._told_busy = False
         self._told_prefetch = False
+        self._finishing = False  # finish() is writing the bundle (a signal then waits)
+        self._pending_signal: int | None = None
         self._timed_after_drain = 0  # unprofiled steps timed after a prefetch drained
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -623,18 +625,32 @@ class Collector:
     # ---- the end ---------------------------------------------------------------------
 
     def finish(self, status: str, exit_code: int | None, error: str | None) -> None:
-        """Stop what runs, keep what was recorded, write the manifest (idempotent)."""
+        """Stop what runs, keep what was recorded, write the manifest (idempotent). A
+        SIGTERM/SIGHUP that comes meanwhile (torchrun ends a rank that is already
+        ending after another rank failed) waits until the bundle is written, then ends
+        the process as it would have."""
         global _active
         with self._lock:
             if not self.finished:
                 self.finished = True
-                self.enabled = self.finder.enabled = False
-                self.finder.remove()
-                prefetch.uninstall()
-                self._finalize_recording()
-                if _active is self:
-                    _active = None
-            self.write_manifest(status, exit_code, error)
+                self._finishing = True
+                try:
+                    self.enabled = self.finder.enabled = False
+                    self.finder.remove()
+                    prefetch.uninstall()
+                    self._finalize_recording()
+                    if _active is self:
+                        _active = None
+                    self.write_manifest(status, exit_code, error)
+                finally:
+                    self._finishing = False
+            else:
+                self.write_manifest(status, exit_code, error)
+        pending, self._pending_signal = self._pending_signal, None
+        if pending is not None:
+            say(f"bundle written: {self.bundle}")
+            signal.signal(pending, signal.SIG_DFL)
+            os.kill(os.getpid(), pending)
 
     def _finalize_recording(self) -> None:
         if self.state is State.DETAIL:
@@ -772,6 +788,9 @@ class Collector:
                 continue
 
             def handler(signum: int, _frame: Any) -> None:
+                if self._finishing and os.getpid() == self.pid:
+                    self._pending_signal = signum  # finish() ends the process when done
+                    return
                 try:
                     if os.getpid() == self.pid:
                         self.finish("crashed", 128 + signum,

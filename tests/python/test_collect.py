@@ -230,6 +230,17 @@ def test_sigterm_still_leaves_a_finished_bundle(tmp_path: Path, mode: str, recor
     assert r.returncode == 0 and "killed by SIGTERM" in r.stdout, r.stdout + r.stderr
 
 
+def test_sigterm_while_the_bundle_is_written_waits_for_it(tmp_path: Path) -> None:
+    # warm-up 2: steps 1-2 unprofiled, 3 the profiler's warm-up, 4-5 recorded, crash in 6
+    got = collected(tmp_path / "b", "term_while_finishing.py", steps=3, warmup=2)
+    assert got.returncode == -signal.SIGTERM, got.stderr  # it still dies of the signal
+    m = manifest(tmp_path / "b")
+    assert m["program"] == {"status": "crashed", "exit_code": 1,
+                            "error": "RuntimeError: planted crash at step 6"}, m["program"]
+    assert m["steps_recorded"] == 2 and m["files"]["trace"] == "trace.json.gz", m
+    assert "ProfilerStep#2" in profiler_steps(tmp_path / "b")
+
+
 def test_out_of_memory_under_the_profiler_is_named(tmp_path: Path) -> None:
     got = collected(tmp_path / "b", "killed.py", "oom", steps=3, warmup=2)
     assert got.returncode == 1
