@@ -150,7 +150,7 @@ def test_torchrun_records_every_rank_with_a_straggler(
         assert profiled[len(profiled) // 2] >= 7.0, (m["distributed"], m["timing"])
     # ... and the traces show where: rank 0 waits in the all-reduce for rank 1
     waits = [_all_reduce_ms(out / f"rank{n}") for n in (0, 1)]
-    assert waits[0] >= STEPS * 5.0 and waits[0] > 2 * waits[1], waits
+    assert waits[0] >= STEPS * 5.0 and waits[0] > 1.5 * waits[1], waits
 
 
 @pytest.mark.parametrize("rank", [0, 1])
