@@ -214,7 +214,7 @@ fn report_job(r: &RecordArgs, rec: &Recorded, job: &ranks::Job) -> tensight::Res
         eprintln!("warning: {w}");
     }
     let Some((rank, dir)) = job.recorded.first() else {
-        // summarize only makes a job of rank folders, and record() of one with a manifest
+        // not reached: with no rank's manifest, `record` said "nothing recorded" above
         return Ok(rec.exit_code);
     };
     let code = report_bundle(r, dir, rec.exit_code)?;
