@@ -83,6 +83,19 @@ class Timing:
 
 
 @dataclass
+class Distributed:
+    """The rank of a distributed job that recorded the bundle (since format 1.2): from
+    the launcher's environment (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``), then from
+    ``torch.distributed`` once the program initialised it (:mod:`tensight.ranks`)."""
+
+    rank: int
+    local_rank: int | None = None
+    world_size: int | None = None
+    #: ``torch.distributed.get_backend()`` (``nccl``, ``gloo``, ...); None: not initialised.
+    backend: str | None = None
+
+
+@dataclass
 class Manifest:
     """``manifest.json``. ``hardware`` is written by ``tensight run --hardware``."""
 
@@ -112,6 +125,8 @@ class Manifest:
     files: Files = field(default_factory=Files)
     timing: Timing = field(default_factory=Timing)
     hardware: dict[str, Any] | None = None
+    #: The job's rank that recorded it (``BUNDLE/rank{N}/``); None: not a distributed job.
+    distributed: Distributed | None = None
     format: str = FORMAT
     format_version: str = FORMAT_VERSION
 

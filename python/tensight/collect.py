@@ -29,6 +29,13 @@ device count and freeze ``CUDA_VISIBLE_DEVICES`` before the program sets it), or
 no GPU can be there, at ``torch`` import with the CPU only and no stacks. For loop
 detection its ops say which loop holds the work. ``TENSIGHT_SPECULATE=0`` turns it off
 (troubleshooting).
+
+A rank of a distributed job (:mod:`tensight.ranks`: ``RANK`` in the environment, as
+torchrun sets it) records into ``TENSIGHT_BUNDLE/rank{RANK}/`` and its manifest names it
+(``distributed``). Its window depends only on the step count, as every rank's does, so
+SPMD ranks record the same step indices: the DataLoader-prefetch extension of the warm-up
+(which depends on each rank's timing) is off there, and the collector calls no
+collective (its profiler starts and stops at each rank's own boundaries).
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ import torch
 from torch.profiler import ExecutionTraceObserver, profile, schedule
 
 from tensight import bundle as contract
-from tensight import prefetch, profiling
+from tensight import prefetch, profiling, ranks
 from tensight.loops import Loop
 from tensight.profiling import quiet, say
 from tensight.steps import Mode, StepFinder
@@ -82,12 +89,15 @@ class Collector:
     `auto`: find steps with global hooks (else call :meth:`boundary` after each step and
     pass `detection`). `speculate`: profile from :meth:`install` until the first boundary,
     kept as the whole-program fallback. `stop`: exit the program once the window is
-    written (``TENSIGHT_STOP=1``). `timed_full`: the timed steps with every option on."""
+    written (``TENSIGHT_STOP=1``). `timed_full`: the timed steps with every option on.
+    `distributed`: the job's rank this process is (its window then depends on the step
+    count only)."""
 
     def __init__(self, bundle: str | os.PathLike[str], steps: int, warmup: int, *,
                  stop: bool = False, auto: bool = True, speculate: bool = True,
                  light_start: bool = False, detection: str | None = None,
-                 timed_full: bool = False, loops: bool = True) -> None:
+                 timed_full: bool = False, loops: bool = True,
+                 distributed: contract.Distributed | None = None) -> None:
         self.bundle = Path(bundle).resolve()
         self.steps = max(1, int(steps))
         self.warmup = max(0, int(warmup))
@@ -96,6 +106,7 @@ class Collector:
         self.speculate = speculate
         self.light_start = light_start
         self.timed_full = timed_full
+        self.distributed = distributed
         self.pid = os.getpid()
         self.enabled = True
         self.command = list(sys.argv)
@@ -136,6 +147,8 @@ class Collector:
         self._window_log_level: int | None = None
         self._told_busy = False
         self._told_prefetch = False
+        self._finishing = False  # finish() is writing the bundle (a signal then waits)
+        self._pending_signal: int | None = None
         self._timed_after_drain = 0  # unprofiled steps timed after a prefetch drained
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -317,6 +330,7 @@ class Collector:
     def _boundary(self) -> None:
         now = time.perf_counter()
         self.count += 1
+        self._rank()  # the backend, while the program's process group is up
         if self.spec_running:
             if self.spec_tid != threading.get_ident():
                 say("steps run in another thread than the one that imported torch: "
@@ -381,7 +395,10 @@ class Collector:
         """Whether a DataLoader the steps take batches from still hands out what its
         workers prefetched (:mod:`tensight.prefetch`): the warm-up goes on, up to
         PREFETCH_WAIT_MAX steps beyond it; once drained, PREFETCH_TIMED more unprofiled
-        steps are timed before the window."""
+        steps are timed before the window. Never on a rank of a distributed job: how long
+        a prefetch lasts differs between ranks, and their windows must not."""
+        if self.distributed is not None:
+            return False
         if self.count - self.warmup >= PREFETCH_WAIT_MAX or self.t_last is None:
             return False
         left = prefetch.pending(self.t_last)
@@ -608,18 +625,32 @@ class Collector:
     # ---- the end ---------------------------------------------------------------------
 
     def finish(self, status: str, exit_code: int | None, error: str | None) -> None:
-        """Stop what runs, keep what was recorded, write the manifest (idempotent)."""
+        """Stop what runs, keep what was recorded, write the manifest (idempotent). A
+        SIGTERM/SIGHUP that comes meanwhile (torchrun ends a rank that is already
+        ending after another rank failed) waits until the bundle is written, then ends
+        the process as it would have."""
         global _active
         with self._lock:
             if not self.finished:
                 self.finished = True
-                self.enabled = self.finder.enabled = False
-                self.finder.remove()
-                prefetch.uninstall()
-                self._finalize_recording()
-                if _active is self:
-                    _active = None
-            self.write_manifest(status, exit_code, error)
+                self._finishing = True
+                try:
+                    self.enabled = self.finder.enabled = False
+                    self.finder.remove()
+                    prefetch.uninstall()
+                    self._finalize_recording()
+                    if _active is self:
+                        _active = None
+                    self.write_manifest(status, exit_code, error)
+                finally:
+                    self._finishing = False
+            else:
+                self.write_manifest(status, exit_code, error)
+        pending, self._pending_signal = self._pending_signal, None
+        if pending is not None:
+            say(f"bundle written: {self.bundle}")
+            signal.signal(pending, signal.SIG_DFL)
+            os.kill(os.getpid(), pending)
 
     def _finalize_recording(self) -> None:
         if self.state is State.DETAIL:
@@ -704,7 +735,15 @@ class Collector:
             timing=contract.Timing([round(x, 3) for x in self.ms_unprofiled],
                                    [round(x, 3) for x in self.ms_unprofiled_gpu],
                                    [round(x, 3) for x in self.ms_profiled]),
+            distributed=self._rank(),
         )
+
+    def _rank(self) -> contract.Distributed | None:
+        """This rank, with what torch.distributed says now (kept: it may be destroyed
+        before the last manifest)."""
+        if self.distributed is not None and self.distributed.backend is None:
+            self.distributed = ranks.with_backend(self.distributed)
+        return self.distributed
 
     def write_manifest(self, status: str, exit_code: int | None, error: str | None) -> None:
         try:
@@ -749,6 +788,9 @@ class Collector:
                 continue
 
             def handler(signum: int, _frame: Any) -> None:
+                if self._finishing and os.getpid() == self.pid:
+                    self._pending_signal = signum  # finish() ends the process when done
+                    return
                 try:
                     if os.getpid() == self.pid:
                         self.finish("crashed", 128 + signum,
@@ -878,8 +920,13 @@ def install_from_env() -> Collector | HardwareCollector:
         from tensight.hardware import install_from_env as install_hardware
 
         return install_hardware()
+    rank = ranks.from_env()
+    bundle = Path(os.environ["TENSIGHT_BUNDLE"])
+    if rank is not None:
+        bundle = ranks.rank_dir(bundle, rank)
+        profiling.label(f"rank {rank.rank}")
     c = Collector(
-        os.environ["TENSIGHT_BUNDLE"],
+        bundle,
         steps=env_int("TENSIGHT_STEPS", 5, 1),
         warmup=env_int("TENSIGHT_WARMUP", 3, 0),
         stop=os.environ.get("TENSIGHT_STOP", "0") == "1",
@@ -888,6 +935,7 @@ def install_from_env() -> Collector | HardwareCollector:
         light_start=True,
         timed_full=env_choice("TENSIGHT_TIMED", "lean", ("lean", "full")) == "full",
         loops=os.environ.get("TENSIGHT_LOOPS", "1") != "0",
+        distributed=rank,
     )
     c.install()
     c.install_exit_handlers()

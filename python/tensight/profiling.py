@@ -37,10 +37,19 @@ LIGHT: dict[str, Any] = {"record_shapes": True, "with_stack": False, "with_modul
                           "profile_memory": True}
 
 
+_label = ""  # "rank N: " on a rank of a distributed job (several processes share stderr)
+
+
+def label(who: str) -> None:
+    """Start every later :func:`say` line with `who` (``rank 1``)."""
+    global _label
+    _label = f"{who}: " if who else ""
+
+
 def say(msg: str) -> None:
     """One progress line on stderr (never stdout)."""
     try:
-        sys.stderr.write(f"tensight: {msg}\n")
+        sys.stderr.write(f"tensight: {_label}{msg}\n")
         sys.stderr.flush()
     except Exception:  # noqa: BLE001 - a closed stderr must not break the program
         pass

@@ -96,7 +96,7 @@ def test_training_script_writes_a_bundle(train_bundle: tuple[Path, Any]) -> None
     bundle, r = train_bundle
     assert r.returncode == 0, r.stderr
     m = manifest(bundle)
-    assert m["format"] == "tensight-bundle" and m["format_version"] == "1.1"
+    assert m["format"] == "tensight-bundle" and m["format_version"] == "1.2"
     assert m["tensight_version"] == tensight.__version__
     assert m["step_detection"] == "optimizer"
     assert (m["warmup_steps"], m["steps_requested"], m["steps_recorded"]) == (2, 3, 3)
@@ -109,6 +109,7 @@ def test_training_script_writes_a_bundle(train_bundle: tuple[Path, Any]) -> None
     assert m["options"] == {"timed": lean, "detail": full, "hardware": False}
     assert m["detail_step"] == 4 and m["step_loop"] is None
     assert m["device"] is None and m["cwd"] == os.getcwd()
+    assert m["distributed"] is None  # no RANK in the environment: a single process
     assert m["command"][0].endswith("train_cpu.py") and m["command"][1:] == ["12"]
     assert len(m["timing"]["step_ms_unprofiled"]) == 1  # step 2 (step 1 has no start)
     assert len(m["timing"]["step_ms_profiled"]) == 3
@@ -227,6 +228,17 @@ def test_sigterm_still_leaves_a_finished_bundle(tmp_path: Path, mode: str, recor
     assert m["steps_recorded"] == recorded, m  # term-window: killed as timed step 3 began
     r = run("analyze", tmp_path / "b")
     assert r.returncode == 0 and "killed by SIGTERM" in r.stdout, r.stdout + r.stderr
+
+
+def test_sigterm_while_the_bundle_is_written_waits_for_it(tmp_path: Path) -> None:
+    # warm-up 2: steps 1-2 unprofiled, 3 the profiler's warm-up, 4-5 recorded, crash in 6
+    got = collected(tmp_path / "b", "term_while_finishing.py", steps=3, warmup=2)
+    assert got.returncode == -signal.SIGTERM, got.stderr  # it still dies of the signal
+    m = manifest(tmp_path / "b")
+    assert m["program"] == {"status": "crashed", "exit_code": 1,
+                            "error": "RuntimeError: planted crash at step 6"}, m["program"]
+    assert m["steps_recorded"] == 2 and m["files"]["trace"] == "trace.json.gz", m
+    assert "ProfilerStep#2" in profiler_steps(tmp_path / "b")
 
 
 def test_out_of_memory_under_the_profiler_is_named(tmp_path: Path) -> None:

@@ -7,6 +7,10 @@
 //! recorded: a program that never imported torch exits with its own code and a note; a
 //! program that failed or was killed before the collector wrote anything gets an error
 //! saying why, and its code (2 if it exited 0).
+//! A distributed job (`-- torchrun ...`) leaves a bundle per rank, `BUNDLE/rank{N}/`, and
+//! the job's manifest: [`report_job`] says how each rank ended, and (until the cross-rank
+//! analysis is wired in there) reports one rank's bundle and names the command that
+//! analyses the whole job.
 //! `TENSIGHT_BOOT_DIR` and `TENSIGHT_PYTHON` are set by the `tensight` console script
 //! of the Python package before it hands argv to this crate; without them (the bare
 //! cargo binary) `run` and `bench` refuse with an install instruction.
@@ -14,10 +18,10 @@
 use super::{use_color, write_stdout, ColorChoice, Format};
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tensight::report::{self, RenderOptions};
 use tensight::Error;
-use tensight_record::{hardware, io_cause, Options};
+use tensight_record::{hardware, io_cause, ranks, Options, Recorded};
 
 #[derive(clap::Args)]
 pub(crate) struct RunArgs {
@@ -182,6 +186,51 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
         print_error(&err);
         return Ok(if code != 0 { code } else { 2 });
     }
+    match &rec.job {
+        Some(job) => report_job(r, &rec, job),
+        None => report_bundle(r, dir, code),
+    }
+}
+
+/// A distributed job's report: each rank's end in a line, where the ranks' steps do
+/// not line up, then rank 0's report (the lowest rank that recorded) and the command
+/// for the cross-rank analysis. The exit code is the command's.
+fn report_job(r: &RecordArgs, rec: &Recorded, job: &ranks::Job) -> tensight::Result<i32> {
+    let m = &job.manifest;
+    for e in &m.ranks {
+        let why = e
+            .error
+            .as_ref()
+            .map(|x| format!(" ({x})"))
+            .unwrap_or_default();
+        let steps = if e.status == "missing" {
+            String::new()
+        } else {
+            format!(", {}", e.steps_text())
+        };
+        eprintln!("tensight: rank {} {}{why}{steps}", e.rank, e.status);
+    }
+    for w in &job.warnings {
+        eprintln!("warning: {w}");
+    }
+    let Some((rank, dir)) = job.recorded.first() else {
+        // not reached: with no rank's manifest, `record` said "nothing recorded" above
+        return Ok(rec.exit_code);
+    };
+    let code = report_bundle(r, dir, rec.exit_code)?;
+    eprintln!(
+        "tensight: {} ranks in {} · above: rank {rank}'s report · the cross-rank analysis: tensight analyze {}",
+        m.world_size,
+        rec.dir.display(),
+        tensight::report::terminal::shell_word(&rec.dir.to_string_lossy())
+    );
+    Ok(code)
+}
+
+/// Analyse one bundle: its reports into it, the report on stdout. Returns `code`
+/// (2 instead of 0 when it could not be analysed).
+fn report_bundle(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32> {
+    let tty = std::io::stderr().is_terminal();
     if tty {
         eprint!("tensight: analyzing {}…", dir.display());
     }

@@ -8,6 +8,11 @@
 //! lacks the interpreter and reads `-c` for `python -c ...`), and runs the hardware pass
 //! ([`hardware`]). The exit code is the program's (128 + N when a signal N ended it).
 //!
+//! A distributed job (`tensight run -- torchrun ...`) leaves one bundle per rank,
+//! `rank{N}/`, each written by that rank's collector; the launcher records nothing.
+//! After the command ends [`ranks`] writes the job's own `manifest.json` (`"kind":
+//! "ranks"`) beside them. The hardware pass does not run for such a job.
+//!
 //! The contract with the collector (`python/tensight`) is environment variables:
 //! `PYTHONPATH=$TENSIGHT_BOOT_DIR:<old PYTHONPATH>`, `TENSIGHT_BUNDLE` (absolute bundle
 //! folder), `TENSIGHT_STEPS`, `TENSIGHT_WARMUP`, `TENSIGHT_STOP` (`1` or `0`), and the
@@ -17,6 +22,7 @@
 mod bundle_dir;
 pub mod hardware;
 mod program;
+pub mod ranks;
 
 pub use bundle_dir::make_bundle_dir;
 use std::ffi::OsString;
@@ -56,8 +62,11 @@ pub struct Recorded {
     /// The command, as a shell would need it written.
     pub shown_command: String,
     /// Whether the collector wrote a manifest (false: the program never imported torch,
-    /// or died before the collector could write anything).
+    /// or died before the collector could write anything). For a distributed job:
+    /// whether any rank did.
     pub manifest: bool,
+    /// A distributed job: its ranks (`dir/rank{N}/`) and the top manifest written.
+    pub job: Option<ranks::Job>,
 }
 
 /// Record `o.command` into a new bundle.
@@ -92,6 +101,31 @@ pub fn record(o: &Options) -> tensight::Result<Recorded> {
             return Err(e.start_error(&program.to_string_lossy()));
         }
     };
+    let command: Vec<String> = o
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let job = ranks::summarize(&abs, &command, ended.code, ended.signal);
+    if let Some(job) = job {
+        if let Err(e) = ranks::write(&abs, &job.manifest) {
+            eprintln!(
+                "warning: failed to write the job's manifest into {}: {e}",
+                dir.display()
+            );
+        }
+        if o.hardware.is_some() {
+            eprintln!("warning: no hardware pass: --hardware does not run for a distributed job yet (record one rank with a single-process command instead)");
+        }
+        return Ok(Recorded {
+            dir,
+            exit_code: ended.code,
+            signal: ended.signal,
+            shown_command,
+            manifest: !job.recorded.is_empty(),
+            job: Some(job),
+        });
+    }
     let manifest = dir.join(MANIFEST).is_file();
     if !manifest {
         let empty = std::fs::read_dir(&dir).is_ok_and(|mut d| d.next().is_none());
@@ -99,11 +133,6 @@ pub fn record(o: &Options) -> tensight::Result<Recorded> {
             let _ = std::fs::remove_dir(&dir);
         }
     } else {
-        let command: Vec<String> = o
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
         if let Err(e) = update_manifest(&abs, |m| m.command = command) {
             eprintln!("warning: failed to write the command into the manifest: {e}");
         }
@@ -123,6 +152,7 @@ pub fn record(o: &Options) -> tensight::Result<Recorded> {
         signal: ended.signal,
         shown_command,
         manifest,
+        job: None,
     })
 }
 

@@ -5,8 +5,10 @@ shadows (if any), then, only when ``TENSIGHT_BUNDLE`` is set and this process ow
 run (the first Python process of the command; its children — DataLoader workers,
 subprocesses — see ``TENSIGHT_OWNER_PID`` of another pid and do nothing), waits for
 ``torch`` to be imported (an import hook: torch is never imported here) and then installs
-the collector (``tensight.collect``). Any failure prints one ``tensight: ...`` line on
-stderr and the program runs as it would without tensight.
+the collector (``tensight.collect``). A distributed job's launcher (torchrun's agent,
+:func:`tensight.ranks.is_launcher`) neither claims the run nor records: each rank it
+starts is the first Python process of its own and records itself. Any failure prints
+one ``tensight: ...`` line on stderr and the program runs as it would without tensight.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def _site_error(err: BaseException) -> None:
                          f"{type(err).__name__}: {err}\n")
 
 
-def _import_collect() -> object:
-    """``tensight.collect`` from the tensight package that holds this boot dir, even when
+def _import_tensight(name: str) -> object:
+    """``tensight.<name>`` from the tensight package that holds this boot dir, even when
     the program's interpreter has no (or another) tensight installed."""
     import importlib
     import importlib.util
@@ -85,7 +87,7 @@ def _import_collect() -> object:
             except BaseException:
                 sys.modules.pop("tensight", None)
                 raise
-    return importlib.import_module("tensight.collect")
+    return importlib.import_module(f"tensight.{name}")
 
 
 _installed = False
@@ -104,13 +106,23 @@ def _on_torch() -> None:
         owner = os.environ.get("TENSIGHT_OWNER_PID")
         if owner and owner != str(os.getpid()):
             return  # forked from the owner after boot (its children see its claim)
+        if _is_launcher():
+            return  # torchrun's agent: its children, the ranks, record
         os.environ["TENSIGHT_OWNER_PID"] = str(os.getpid())
     try:
-        collect = _import_collect()
+        collect = _import_tensight("collect")
         collect.install_from_env()  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - the program must run on
         sys.stderr.write(f"tensight: collector not installed ({type(e).__name__}: {e}); "
                          "the program runs unprofiled\n")
+
+
+def _is_launcher() -> bool:
+    try:
+        return bool(_import_tensight("ranks").is_launcher())  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - then this process records, as before
+        sys.stderr.write(f"tensight: launcher check failed ({type(e).__name__}: {e})\n")
+        return False
 
 
 class _Loader:

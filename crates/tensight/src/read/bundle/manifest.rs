@@ -24,6 +24,10 @@
 //!   "hardware": { "status", "reason", "step", "kernels", "signatures", "launches",
 //!                 "op_calls", "op_repeats", "ncu_version", "wall_s" } | null }
 //!                                   // written by run --hardware
+//!   "distributed": { "rank": int, "local_rank": int|null, "world_size": int|null,
+//!                    "backend": str|null } | null }
+//!                                   // since 1.2: the rank of a distributed job whose
+//!                                   // BUNDLE/rank{N}/ this is (null: a single process)
 //! ```
 //!
 //! Reading is tolerant, as a reader of other programs' files should be: a field of the
@@ -159,6 +163,9 @@ pub struct Manifest {
     /// The hardware pass's record.
     #[serde(deserialize_with = "lenient")]
     pub hardware: Option<Hardware>,
+    /// The rank of a distributed job that recorded it (since 1.2).
+    #[serde(deserialize_with = "lenient")]
+    pub distributed: Option<Distributed>,
     /// Fields this version does not know, kept for the rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -253,6 +260,25 @@ pub struct Timing {
     /// Timed steps under the profiler, host clock.
     #[serde(deserialize_with = "floats")]
     pub step_ms_profiled: Vec<f64>,
+}
+
+/// A rank of a distributed job (`RANK`, `LOCAL_RANK`, `WORLD_SIZE` of torchrun's
+/// environment, then `torch.distributed` once initialised).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Distributed {
+    /// Global rank.
+    #[serde(deserialize_with = "lenient")]
+    pub rank: Option<u64>,
+    /// Rank on its node.
+    #[serde(deserialize_with = "lenient")]
+    pub local_rank: Option<u64>,
+    /// Ranks in the job.
+    #[serde(deserialize_with = "lenient")]
+    pub world_size: Option<u64>,
+    /// `nccl`, `gloo`, ...; null until the program initialised `torch.distributed`.
+    #[serde(deserialize_with = "lenient")]
+    pub backend: Option<String>,
 }
 
 /// The hardware pass's record.
@@ -378,5 +404,23 @@ mod tests {
         assert_eq!(m.timing.step_ms_profiled, [1.5]);
         let back: Value = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(back["future"]["x"][0], 1);
+    }
+
+    #[test]
+    fn distributed_reads_and_is_optional() {
+        let m: Manifest = serde_json::from_str(
+            r#"{"format": "tensight-bundle", "format_version": "1.2",
+                "distributed": {"rank": 1, "local_rank": 1, "world_size": 2, "backend": "gloo"}}"#,
+        )
+        .unwrap();
+        let d = m.distributed.unwrap();
+        assert_eq!((d.rank, d.world_size), (Some(1), Some(2)));
+        assert_eq!(d.backend.as_deref(), Some("gloo"));
+        let old: Manifest =
+            serde_json::from_str(r#"{"format": "tensight-bundle", "format_version": "1.1"}"#)
+                .unwrap();
+        assert_eq!(old.distributed, None);
+        let odd: Manifest = serde_json::from_str(r#"{"distributed": "rank 0"}"#).unwrap();
+        assert_eq!(odd.distributed, None);
     }
 }
