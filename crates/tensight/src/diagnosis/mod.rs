@@ -7,6 +7,7 @@
 //! the larger ones are fixed (its marginal saving), so findings that explain the same
 //! idle time are not counted twice and the marginals never sum past the step.
 
+pub mod ranks;
 pub mod unprofiled;
 
 use crate::analysis::inflation::{self, Deflation};
@@ -154,7 +155,7 @@ fn resimulate(ctx: &Context, f: &mut Finding, d: &Deflation, base: &Change, base
     ));
 }
 
-fn sort(findings: &mut [Finding]) {
+pub(crate) fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.saving_ms
             .total_cmp(&a.saving_ms)

@@ -14,6 +14,7 @@ pub mod kineto;
 mod kineto_event;
 pub mod limits;
 pub mod ncu;
+pub mod ranks;
 pub mod scan;
 pub mod source;
 
@@ -96,7 +97,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     }
 }
 
-fn collect_traces(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+pub(crate) fn collect_traces(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
     if depth > 6 {
         return;
     }
