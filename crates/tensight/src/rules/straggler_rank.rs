@@ -90,7 +90,7 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
     let cause = a.slowest_excess.first();
     let because = match cause {
         Some(e) => format!(
-            "; its largest excess is {} ({} per step against {} on the others)",
+            "; its largest excess is {}: {} per step against {} on the others",
             e.label,
             fmt_ms(e.rank_ms),
             fmt_ms(e.others_ms)
