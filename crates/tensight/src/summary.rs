@@ -170,5 +170,9 @@ mod tests {
         );
         let e = from_bytes("x", br#"{"tensight_summary": "2.0"}"#).expect_err("major");
         assert!(e.message.contains("version 2.0"), "{}", e.message);
+        let mut s = sample();
+        s.steps[0].step = 1;
+        let e = from_bytes("x", &to_bytes(&s).expect("write")).expect_err("order");
+        assert!(e.message.contains("out of order"), "{}", e.message);
     }
 }

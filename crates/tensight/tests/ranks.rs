@@ -158,6 +158,38 @@ fn merged_summaries_give_the_same_cross_rank_findings() {
 }
 
 #[test]
+fn balanced_ranks_have_no_straggler_wait_or_imbalance() {
+    let dir = folder(&tensight::rank_sets::synthetic(4, 3, 0, 0.0));
+    let r = analyze(dir.path());
+    let c = codes(&r);
+    for quiet in ["P001", "P002", "P004"] {
+        assert!(
+            !c.contains(&quiet),
+            "{quiet} fired on balanced ranks: {c:?}"
+        );
+    }
+    // Their all-reduce runs after the compute: exposed, and said so.
+    assert!(c.contains(&"P003"), "{c:?}");
+    assert!(r.analysis.collectives.wait_ms.abs() < 1e-9);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}
+
+#[test]
+fn the_merged_json_snapshot() {
+    let summaries: Vec<_> = tensight::rank_sets::synthetic(4, 3, 1, 3_000.0)
+        .iter()
+        .enumerate()
+        .map(|(r, t)| {
+            let name = format!("rank-{r}.json");
+            let rep = tensight::analyze_bytes(&name, t).expect("rank");
+            tensight::rank_summary(&rep, r as u32)
+        })
+        .collect();
+    let merged = tensight::merge(summaries, None, "four synthetic ranks").expect("merge");
+    insta::assert_json_snapshot!(json::ranks_to_value(&merged));
+}
+
+#[test]
 fn a_synthetic_job_of_64_ranks() {
     let dir = folder(&tensight::rank_sets::synthetic(64, 3, 17, 2_000.0));
     let r = analyze(dir.path());

@@ -92,7 +92,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
                 found.len(),
                 list.join(", ")
             ))
-            .with_hint("each rank writes its own trace: analyze them one at a time"))
+            .with_hint("each rank writes its own trace: `tensight analyze DIR` on the command line compares the ranks of one job (docs/distributed.md); here, analyze them one at a time"))
         }
     }
 }
