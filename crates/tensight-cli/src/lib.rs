@@ -27,7 +27,7 @@ use tensight::rules::{self, Severity};
 how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
 and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
 `tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
-    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format html -o report.html\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight rules S001"
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format html -o report.html\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight analyze ranks/                  # every rank of a job\n  tensight rules S001"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,7 +42,9 @@ enum Command {
     )]
     Analyze {
         /// Trace file, a folder (e.g. a TensorBoard log dir) holding one, or a bundle
-        /// folder written by `tensight run`.
+        /// folder written by `tensight run`. A folder of two or more rank traces, or of
+        /// rank0/, rank1/, … bundles, is read as the ranks of one job and compared
+        /// (docs/distributed.md).
         path: PathBuf,
         /// Execution trace recorded with the trace (ExecutionTraceObserver's et.json):
         /// links tensors (ids, storages, shapes, strides, dtypes) to the ops.
