@@ -97,15 +97,15 @@ enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
-    /// Write one rank's summary (per-step times, collectives, top causes) as a file,
+    /// Write one rank's summary (per-step times, collectives, top causes) as Parquet,
     /// for `tensight merge` to compare many ranks without their traces.
     #[command(
-        after_help = "Example:\n  tensight summarize rank3/trace.json.gz -o summaries/rank3.json\n\nThe schema is documented in docs/distributed.md."
+        after_help = "Example:\n  tensight summarize rank3/trace.json.gz -o summaries/rank3.parquet\n\nThe schema is documented in docs/distributed.md."
     )]
     Summarize(ranks::SummarizeArgs),
     /// Compare the ranks of one job from their summaries (`tensight summarize`): the
     /// same cross-rank findings as `tensight analyze DIR`.
-    #[command(after_help = "Example:\n  tensight merge summaries/*.json --format json")]
+    #[command(after_help = "Example:\n  tensight merge summaries/*.parquet --format json")]
     Merge(ranks::MergeArgs),
     /// List the rules, or print one rule's documentation (like `ruff rule`).
     Rules {

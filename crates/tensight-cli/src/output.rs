@@ -154,6 +154,11 @@ pub fn is_report(path: &Path) -> bool {
     let mut head = vec![0u8; 1024];
     let n = f.read(&mut head).unwrap_or(0);
     head.truncate(n);
+    if head.starts_with(b"PAR1") {
+        // A Parquet summary: its version key is in the footer.
+        let small = std::fs::metadata(path).is_ok_and(|m| m.len() < 1 << 30);
+        return small && std::fs::read(path).is_ok_and(|b| tensight::summary::is_summary(&b));
+    }
     let head = String::from_utf8_lossy(&head);
     if head.starts_with(tensight::summary::HEAD) {
         return true;

@@ -1,5 +1,5 @@
 //! Many ranks of one job: `tensight analyze DIR` over a multi-rank folder,
-//! `tensight summarize PATH -o rank.json` (one rank's summary) and
+//! `tensight summarize PATH -o rank.parquet` (one rank's summary) and
 //! `tensight merge SUMMARIES…` (the cross-rank step from summaries alone). Glue only:
 //! [`tensight::analyze_ranks`], [`tensight::merge`] and [`tensight::summary`] do the work.
 
@@ -12,7 +12,7 @@ use tensight::report::{self, RanksReport, RenderOptions};
 pub struct SummarizeArgs {
     /// One rank's trace (.json, .json.gz), a folder holding one, or its bundle.
     path: PathBuf,
-    /// The file to write (one rank's summary, versioned JSON).
+    /// The file to write: one rank's summary, as Parquet (`.json`: as JSON).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: PathBuf,
     /// The rank, when neither the trace (`distributedInfo.rank`) nor the file name
@@ -78,7 +78,15 @@ pub fn summarize(args: SummarizeArgs) -> tensight::Result<i32> {
             .with_hint("pass --rank N")
         })?;
     let summary = tensight::rank_summary(&report, rank);
-    let bytes = tensight::summary::to_bytes(&summary)?;
+    let json = args
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let bytes = if json {
+        tensight::summary::to_bytes(&summary)?
+    } else {
+        tensight::summary::to_parquet(&summary)
+    };
     output::write_bytes(&args.output, &bytes, &inputs, args.force)?;
     eprintln!(
         "tensight: rank {rank} summary written to {}",
@@ -106,7 +114,11 @@ pub fn merge(args: MergeArgs) -> tensight::Result<i32> {
     let r = tensight::merge(summaries, None, &input)?;
     let text = match args.format {
         MergeFormat::Json => report::json::render_ranks(&r),
-        MergeFormat::Text => text(&r, args.width, args.output.is_none()),
+        MergeFormat::Text => text(
+            &r,
+            args.width,
+            args.output.is_none() && crate::use_color(crate::ColorChoice::Auto),
+        ),
     };
     write(&text, args.output.as_deref(), &args.summaries, args.force)
 }

@@ -49,7 +49,9 @@ fn merge_of_summaries_equals_analyze_of_the_folder() {
     let out = tempfile::tempdir().expect("tempdir");
     let mut files = Vec::new();
     for r in 0..4 {
-        let f = out.path().join(format!("rank{r}.json"));
+        // Two as Parquet, two as JSON: merge reads both.
+        let ext = if r < 2 { "parquet" } else { "json" };
+        let f = out.path().join(format!("rank{r}.{ext}"));
         let trace = dir.path().join(format!("rank-{r}.json"));
         ok(&["summarize", s(&trace), "-o", s(&f)]);
         files.push(f);

@@ -190,6 +190,29 @@ fn the_merged_json_snapshot() {
 }
 
 #[test]
+fn a_summary_pyarrow_rewrote_is_read() {
+    // Six row groups, pages of a few values, statistics, pyarrow's own metadata.
+    let theirs =
+        tensight::summary::read_file(&fixture("summaries/pyarrow-rank2-row-groups.parquet"))
+            .expect("pyarrow's file");
+    assert_eq!((theirs.rank, theirs.world_size), (2, Some(4)));
+    assert_eq!((theirs.steps.len(), theirs.collectives.len()), (3, 21));
+    assert_eq!(theirs.source, "rank-2.json");
+    let c = &theirs.collectives[2];
+    assert_eq!(
+        (c.step, c.seq, c.name.as_str(), c.group.as_str()),
+        (0, 2, "allreduce", "0")
+    );
+    assert!(c.bytes.is_some_and(|b| b > 1 << 20));
+    assert!(!theirs.top_causes.is_empty());
+    let again = tensight::summary::to_parquet(&theirs);
+    assert_eq!(
+        tensight::summary::from_parquet("ours", &again).expect("ours"),
+        theirs
+    );
+}
+
+#[test]
 fn a_synthetic_job_of_64_ranks() {
     let dir = folder(&tensight::rank_sets::synthetic(64, 3, 17, 2_000.0));
     let r = analyze(dir.path());
