@@ -140,35 +140,57 @@ fn shift_from(events: &mut [Value], at: f64, gap: f64, stretch: Option<usize>) {
 /// kernels, then a 1 ms all-reduce of 16 MiB (Float, group 0) on a communication
 /// stream; rank `straggler` pauses `gap_us` before launching it (and the others wait).
 pub fn synthetic(ranks: u32, steps: u32, straggler: u32, gap_us: f64) -> Vec<Vec<u8>> {
-    let one = synthetic_rank(steps);
+    let one = synthetic_rank(steps, 0.0, 0.0);
     perturbed(&one, ranks, straggler, gap_us).unwrap_or_default()
 }
 
-fn synthetic_rank(steps: u32) -> Vec<u8> {
+/// [`synthetic`] with uneven compute instead of a host gap: rank `slow`'s six compute
+/// kernels run `extra_us` longer in all, and the others' all-reduce waits as long.
+pub fn imbalanced(ranks: u32, steps: u32, slow: u32, extra_us: f64) -> Vec<Vec<u8>> {
+    (0..ranks)
+        .filter_map(|r| {
+            let t = if r == slow {
+                synthetic_rank(steps, extra_us, 0.0)
+            } else {
+                synthetic_rank(steps, 0.0, extra_us)
+            };
+            let mut v: Value = serde_json::from_slice(&t).ok()?;
+            v["distributedInfo"] = json!({"backend": "nccl", "rank": r, "world_size": ranks});
+            serde_json::to_vec(&v).ok()
+        })
+        .collect()
+}
+
+/// One rank: its compute `extra_us` longer per step, its all-reduce waiting `wait_us`;
+/// steps are 10 ms plus the larger of the two apart.
+fn synthetic_rank(steps: u32, extra_us: f64, wait_us: f64) -> Vec<u8> {
     let mut b = crate::testing::TraceBuilder::new();
+    let period = 10_000.0 + extra_us.max(wait_us);
+    let kernel = 980.0 + extra_us / 6.0;
     for s in 0..steps {
-        let t0 = 1000.0 + s as f64 * 10_000.0;
-        b.step(s, t0, 10_000.0);
-        let fwd = b.op("aten::mm", t0 + 10.0, 6_000.0);
+        let t0 = 1000.0 + s as f64 * period;
+        b.step(s, t0, period);
+        let fwd = b.op("aten::mm", t0 + 10.0, 6_000.0 + extra_us);
         for k in 0..6 {
-            let at = t0 + 20.0 + k as f64 * 990.0;
+            let at = t0 + 20.0 + k as f64 * (kernel + 10.0);
             b.kernel(
                 "sm90_xmma_gemm_f32f32",
                 fwd,
                 at,
                 at + 15.0,
-                980.0,
+                kernel,
                 [132, 1, 1],
                 [256, 1, 1],
             );
         }
-        let ar = b.op("record_param_comms", t0 + 6_100.0, 50.0);
+        let start = t0 + 6_100.0 + extra_us;
+        let ar = b.op("record_param_comms", start, 50.0);
         b.kernel_with(
             "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
             ar,
-            t0 + 6_110.0,
-            t0 + 6_130.0,
-            1_000.0,
+            start + 10.0,
+            start + 30.0,
+            1_000.0 + wait_us,
             json!({"stream": 20, "Collective name": "allreduce", "In msg nelems": 4_194_304,
                    "Out msg nelems": 4_194_304, "Group size": 64, "dtype": "Float",
                    "Process Group Name": "0"}),

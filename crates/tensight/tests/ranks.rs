@@ -175,6 +175,35 @@ fn balanced_ranks_have_no_straggler_wait_or_imbalance() {
 }
 
 #[test]
+fn uneven_compute_is_named_with_the_busiest_rank() {
+    let dir = folder(&tensight::rank_sets::imbalanced(4, 3, 3, 2_400.0));
+    let r = analyze(dir.path());
+    let p004 = r.diagnosis.findings.iter().find(|f| f.code == "P004");
+    let p004 = p004.unwrap_or_else(|| panic!("no P004: {:?}", codes(&r)));
+    assert!(p004.title.contains("rank 3"), "{}", p004.title);
+    // Balanced, every rank computes the mean: 2.4 ms × 3/4 less on the slowest rank.
+    assert!((p004.saving_ms - 1.8).abs() < 0.1, "{}", p004.saving_ms);
+    assert_eq!(r.analysis.slowest_excess[0].part, "compute");
+    // P001 names the same rank for the same time: the smaller one's marginal says so.
+    let p001 = r
+        .diagnosis
+        .findings
+        .iter()
+        .find(|f| f.code == "P001")
+        .expect("P001");
+    assert!(
+        p001.message.contains("compute kernel time"),
+        "{}",
+        p001.message
+    );
+    assert!(
+        p004.marginal_ms.is_some_and(|m| m < 0.1),
+        "{:?}",
+        p004.marginal_ms
+    );
+}
+
+#[test]
 fn the_merged_json_snapshot() {
     let summaries: Vec<_> = tensight::rank_sets::synthetic(4, 3, 1, 3_000.0)
         .iter()
