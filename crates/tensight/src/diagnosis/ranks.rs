@@ -53,3 +53,54 @@ pub fn diagnose(a: &RanksAnalysis) -> RanksDiagnosis {
         all_fixes_ms,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::ranks::{compare, CollectiveCall, RankStep, RankSummary};
+
+    /// One 16 ms step with two all-reduces: the rank `late` arrives 3 ms late at
+    /// collective `late` (0 or 1) and waits 3 ms at the other.
+    fn rank(r: u32, late: u32) -> RankSummary {
+        let call = |seq: u32, dur_ns: i64| CollectiveCall {
+            step: 0,
+            seq,
+            group: "0".into(),
+            name: "allreduce".into(),
+            dtype: "Float".into(),
+            nelems: Some(1),
+            bytes: Some(4),
+            group_size: Some(2),
+            dur_ns,
+            exposed_ns: dur_ns,
+        };
+        let durs = if late == 0 { [1, 4] } else { [4, 1] };
+        RankSummary {
+            rank: r,
+            world_size: Some(2),
+            source: String::new(),
+            steps: vec![RankStep {
+                step: 0,
+                dur_ns: 16_000_000,
+                compute_ns: 8_000_000,
+                comm_ns: 5_000_000,
+                ..Default::default()
+            }],
+            collectives: vec![call(0, durs[0] * 1_000_000), call(1, durs[1] * 1_000_000)],
+            top_causes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn waiting_with_no_single_straggler_is_p002s() {
+        // Rank 0 is late at the first all-reduce, rank 1 at the second: each waits 3 ms
+        // for the other, so neither's own work (13 ms) explains the 16 ms step.
+        let a = compare(vec![rank(0, 0), rank(1, 1)], None);
+        let d = diagnose(&a);
+        let codes: Vec<&str> = d.findings.iter().map(|f| f.code).collect();
+        assert!(!codes.contains(&"P001"), "{codes:?}");
+        let p002 = d.findings.iter().find(|f| f.code == "P002").expect("P002");
+        assert!((p002.saving_ms - 3.0).abs() < 1e-9, "{}", p002.saving_ms);
+        assert!((a.collectives.wait_ms - 6.0).abs() < 1e-9);
+    }
+}
