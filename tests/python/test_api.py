@@ -26,7 +26,7 @@ FINDING_KEYS = {
     "code", "rule", "category", "title", "message", "severity", "saving_ms", "saving_pct",
     "estimate", "evidence", "explanation", "fixes", "locations",
 }
-# Present on findings the simulator replays (schema 1.6), absent on the others.
+# Present on findings the simulator replays (since schema 1.6), absent on the others.
 OPTIONAL_FINDING_KEYS = {"marginal_ms"}
 
 
@@ -39,7 +39,7 @@ def test_analyze_returns_the_documented_dict() -> None:
     r = tensight.analyze(PROBE_TRACE)
     assert set(r) == TOP_KEYS
     assert set(r["summary"]) == SUMMARY_KEYS
-    assert r["schema_version"] == "1.6"
+    assert r["schema_version"] == "1.7"
     assert r["tensight_version"] == tensight.__version__
     assert r["input"] == str(PROBE_TRACE)
     assert r["device"]["name"] == "NVIDIA H200"

@@ -179,12 +179,14 @@ def _empty_dir(tmp: Path) -> Path:
     return d
 
 
-def _two_traces(tmp: Path) -> Path:
-    d = tmp / "ranks"
-    d.mkdir()
-    for n in ("rank0.json.gz", "rank1.json.gz"):
-        (d / n).write_bytes(PROBE_TRACE.read_bytes())
-    return d
+def _traces(*names: str) -> Maker:
+    def make(tmp: Path) -> Path:
+        d = tmp / "ranks"
+        d.mkdir()
+        for n in names:
+            (d / n).write_bytes(PROBE_TRACE.read_bytes())
+        return d
+    return make
 
 
 BAD_INPUTS: dict[str, tuple[Maker, tuple[str, ...]]] = {
@@ -197,7 +199,11 @@ BAD_INPUTS: dict[str, tuple[Maker, tuple[str, ...]]] = {
     "empty_trace": (_file("none.json", b'{"traceEvents": []}'), ("no events",)),
     "nonexistent": (lambda tmp: tmp / "missing.json.gz", ("missing.json.gz", "no such file")),
     "dir_without_trace": (_empty_dir, ("no trace file",)),
-    "dir_with_two_traces": (_two_traces, ("2 trace files", "rank0.json.gz", "rank1.json.gz")),
+    # Two traces are the ranks of one job (docs/distributed.md): each needs a rank.
+    "dir_with_two_traces_without_ranks": (_traces("a.json.gz", "b.json.gz"),
+                                          ("no rank for", "a.json.gz", "b.json.gz")),
+    "dir_with_a_rank_twice": (_traces("rank0.json.gz", "trainer-rank-0.json.gz"),
+                              ("rank 0 twice", "rank0.json.gz", "trainer-rank-0.json.gz")),
     "gzip_magic_only": (_gzip_prefix(2), ("cut2.json.gz",)),
     "gzip_header_only": (_gzip_prefix(10), ("cut10.json.gz",)),
     "gzip_cut_in_header_json": (_gzip_prefix(100), ("gzip stream ends early",)),
@@ -206,6 +212,12 @@ BAD_INPUTS: dict[str, tuple[Maker, tuple[str, ...]]] = {
     "gzip_of_text": (_file("t.json.gz", gzip.compress(b"hello")), ("not JSON",)),
     "json_cut_before_events": (_json_prefix(400), ("ends early", "traceEvents")),
 }
+
+
+def test_a_folder_of_rank_traces_is_compared(tmp_path: Path) -> None:
+    r = run("analyze", _traces("rank0.json.gz", "rank1.json.gz")(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "RANKS" in r.stdout and "2 read of world size 2" in r.stdout
 
 
 @pytest.mark.parametrize("name", list(BAD_INPUTS))

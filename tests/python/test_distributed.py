@@ -97,9 +97,11 @@ def assert_job(out: Path, r: subprocess.CompletedProcess[str], nproc: int) -> li
         [(n, f"rank{n}", "completed", 0) for n in range(nproc)], top["ranks"]
     assert top["program"] == {"status": "completed", "exit_code": 0, "error": None}
     assert str(PROGRAM) in top["command"] and top["cwd"] == os.getcwd()
-    # the launcher recorded nothing: only the ranks' folders (and the job's manifest)
+    # the launcher recorded nothing: only the ranks' folders, the job's manifest and the
+    # cross-rank reports
     assert sorted(p.name for p in out.iterdir()) == \
-        ["manifest.json", *sorted(f"rank{n}" for n in range(nproc))]
+        ["manifest.json", *sorted(f"rank{n}" for n in range(nproc)),
+         "report.html", "report.json", "report.txt"]
     manifests = []
     for n in range(nproc):
         m = _manifest(out / f"rank{n}")
@@ -120,10 +122,14 @@ def assert_job(out: Path, r: subprocess.CompletedProcess[str], nproc: int) -> li
     warnings = [line for line in r.stderr.splitlines()
                 if line.startswith("warning:") and not line.startswith("warning: no hardware pass")]
     assert warnings == [], r.stderr  # no rank's steps differ
-    # run reported rank 0 and named the cross-rank analysis
-    assert_full_report(r.stdout)
-    assert (out / "rank0" / "report.txt").is_file()
-    assert f"tensight analyze {out}" in r.stderr, r.stderr
+    # run reported the cross-rank analysis; each rank's own reports are in its folder
+    assert "GPU PERFORMANCE DIAGNOSIS REPORT · RANKS" in r.stdout, r.stdout
+    for n in range(nproc):
+        assert_full_report((out / f"rank{n}" / "report.txt").read_text())
+    assert (out / "report.txt").is_file() and (out / "report.html").is_file()
+    job = json.loads((out / "report.json").read_text())
+    assert job["ranks"]["world_size"] == nproc, job["ranks"]
+    assert f"cross-rank report {out / 'report.txt'}" in r.stderr, r.stderr
     return manifests
 
 
@@ -151,6 +157,11 @@ def test_torchrun_records_every_rank_with_a_straggler(
     # ... and the traces show where: rank 0 waits in the all-reduce for rank 1
     waits = [_all_reduce_ms(out / f"rank{n}") for n in (0, 1)]
     assert waits[0] >= STEPS * 5.0 and waits[0] > 1.5 * waits[1], waits
+    # ... and the cross-rank report names rank 1 as the straggler, with host work its cause
+    job = json.loads((out / "report.json").read_text())
+    assert job["ranks"]["slowest_rank"] == 1, job["ranks"]
+    p001 = [f for f in job["diagnosis"]["bottlenecks"] if f["code"] == "P001"]
+    assert p001 and "rank 1" in p001[0]["message"], job["diagnosis"]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -229,7 +240,7 @@ def test_a_crashed_rank_leaves_every_bundle_finished(tmp_path: Path, rank0: str)
         assert m["program"]["status"] == "crashed" and m["distributed"]["rank"] == n
         assert (out / f"rank{n}" / "trace.json.gz").is_file(), m
         assert m["files"]["trace"] == "trace.json.gz" and m["steps_recorded"] == 1, m
-    assert f"tensight analyze {out}" in r.stderr, r.stderr
+    assert f"job bundle {out}" in r.stderr, r.stderr
 
 
 def test_ranks_that_find_steps_differently_are_named(tmp_path: Path) -> None:

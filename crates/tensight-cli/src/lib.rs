@@ -7,6 +7,7 @@
 mod demo;
 mod diff;
 mod output;
+mod ranks;
 mod rules_text;
 mod run;
 
@@ -26,7 +27,7 @@ use tensight::rules::{self, Severity};
 how much time each costs per step, with the evidence, the op, kernel and source line behind each, \
 and the change that fixes it.\n\nStart with `tensight demo` to see a report of a real H200 run, then \
 `tensight analyze TRACE` on your own trace (the .json or .json.gz written by torch.profiler).",
-    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format html -o report.html\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight rules S001"
+    after_help = "Examples:\n  tensight demo\n  tensight analyze trace.json.gz\n  tensight analyze ./log/ --format json -o report.json\n  tensight analyze trace.json.gz --format html -o report.html\n  tensight analyze trace.json.gz --format perfetto -o annotated.json\n  tensight diff before/ after/\n  tensight analyze ranks/                  # every rank of a job\n  tensight rules S001"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,7 +42,9 @@ enum Command {
     )]
     Analyze {
         /// Trace file, a folder (e.g. a TensorBoard log dir) holding one, or a bundle
-        /// folder written by `tensight run`.
+        /// folder written by `tensight run`. A folder of two or more rank traces, or of
+        /// rank0/, rank1/, … bundles, is read as the ranks of one job and compared
+        /// (docs/distributed.md).
         path: PathBuf,
         /// Execution trace recorded with the trace (ExecutionTraceObserver's et.json):
         /// links tensors (ids, storages, shapes, strides, dtypes) to the ops.
@@ -94,6 +97,16 @@ enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// Write one rank's summary (per-step times, collectives, top causes) as Parquet,
+    /// for `tensight merge` to compare many ranks without their traces.
+    #[command(
+        after_help = "Example:\n  tensight summarize rank3/trace.json.gz -o summaries/rank3.parquet\n\nThe schema is documented in docs/distributed.md."
+    )]
+    Summarize(ranks::SummarizeArgs),
+    /// Compare the ranks of one job from their summaries (`tensight summarize`): the
+    /// same cross-rank findings as `tensight analyze DIR`.
+    #[command(after_help = "Example:\n  tensight merge summaries/*.parquet --format json")]
+    Merge(ranks::MergeArgs),
     /// List the rules, or print one rule's documentation (like `ruff rule`).
     Rules {
         /// A rule code (S001) or name (host-sync-in-step).
@@ -107,25 +120,25 @@ enum Command {
 }
 
 #[derive(clap::Args)]
-struct OutputArgs {
+pub(crate) struct OutputArgs {
     /// Output format: `text` for a terminal, `json` (the documented schema) for programs,
     /// `html` for one self-contained page (roofline plot, step timeline, findings linked to
     /// their ops, kernels, tensors and source lines, sortable tables; loads nothing from
     /// the network).
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Text)]
-    format: Format,
+    pub(crate) format: Format,
     /// Write the report to FILE instead of stdout.
     #[arg(long, short = 'o', value_name = "FILE")]
-    output: Option<PathBuf>,
+    pub(crate) output: Option<PathBuf>,
     /// Colour the text report.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
-    color: ColorChoice,
+    pub(crate) color: ColorChoice,
     #[arg(long, value_name = "N", help = WIDTH_HELP)]
-    width: Option<usize>,
+    pub(crate) width: Option<usize>,
     /// With -o, replace an existing file that is not a tensight report (an earlier
     /// report is replaced without asking; an input never is).
     #[arg(long, requires = "output")]
-    force: bool,
+    pub(crate) force: bool,
 }
 
 /// The `--help` of every `--width`.
@@ -167,7 +180,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
-enum Format {
+pub(crate) enum Format {
     /// A report for people.
     Text,
     /// The documented JSON schema (see `schema_version`).
@@ -198,7 +211,7 @@ enum ForestFormat {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
-enum ColorChoice {
+pub(crate) enum ColorChoice {
     /// Colour when stdout is a terminal and NO_COLOR is unset.
     Auto,
     /// Always colour.
@@ -235,6 +248,8 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => run::bench(args),
         Command::Diff(args) => diff::run(args),
+        Command::Summarize(args) => ranks::summarize(args),
+        Command::Merge(args) => ranks::merge(args),
         Command::Analyze {
             path,
             et,
@@ -246,6 +261,15 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
             max_ratio,
         } => {
             tensight::read::limits::Limits::set(max_inflated, max_ratio);
+            if et.is_none() && ncu.is_none() && forest.is_none() {
+                if let Some(set) = tensight::read::ranks::discover(&path)? {
+                    if let [one] = set.inputs.as_slice() {
+                        return analyze_one(&one.path, &out, fail_on.as_deref());
+                    }
+                    let r = ranks::analyze(&set, &path, out.format, &out)?;
+                    return Ok(fail_code(&r.diagnosis.findings, fail_on.as_deref()));
+                }
+            }
             let extra: Vec<&std::path::Path> =
                 et.iter().chain(ncu.iter()).map(|p| p.as_path()).collect();
             let inputs = output::inputs(&path, &extra);
@@ -327,11 +351,11 @@ fn dispatch(cli: Cli) -> tensight::Result<i32> {
 
 /// A message for stderr: one sanitizer ([`tensight::text::terminal_safe`]) over it, so a
 /// name quoted from an input cannot drive the terminal.
-fn safe(msg: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn safe(msg: &str) -> std::borrow::Cow<'_, str> {
     tensight::text::terminal_safe(msg, false)
 }
 
-fn use_color(choice: ColorChoice) -> bool {
+pub(crate) fn use_color(choice: ColorChoice) -> bool {
     match choice {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
@@ -340,6 +364,29 @@ fn use_color(choice: ColorChoice) -> bool {
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
                 && std::env::var("TERM").map_or(true, |t| t != "dumb")
         }
+    }
+}
+
+/// `analyze` of one input found in a multi-rank layout (a job of one rank).
+fn analyze_one(
+    path: &std::path::Path,
+    out: &OutputArgs,
+    fail_on: Option<&str>,
+) -> tensight::Result<i32> {
+    let inputs = output::inputs(path, &[]);
+    let report = tensight::analyze_path(path)?;
+    for w in &report.warnings {
+        eprintln!("warning: {}", safe(w));
+    }
+    emit(&report, out, &inputs)?;
+    Ok(fail_code(&report.diagnosis.findings, fail_on))
+}
+
+/// 1 when a finding is at least as severe as `--fail-on`, else 0.
+fn fail_code(findings: &[rules::Finding], fail_on: Option<&str>) -> i32 {
+    match fail_on.and_then(Severity::parse) {
+        Some(t) if findings.iter().any(|f| f.severity >= t) => 1,
+        _ => 0,
     }
 }
 
@@ -427,7 +474,7 @@ fn write_out(text: &str, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Resu
     }
 }
 
-fn write_stdout(text: &str) -> tensight::Result<()> {
+pub(crate) fn write_stdout(text: &str) -> tensight::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
         Ok(()) => Ok(()),
@@ -439,25 +486,21 @@ fn write_stdout(text: &str) -> tensight::Result<()> {
 }
 
 fn rules_text(code: Option<&str>, format: RulesFormat, w: usize) -> tensight::Result<String> {
-    let selected: Vec<&rules::Rule> = match code {
-        Some(c) => vec![rules::find(c).ok_or_else(|| {
+    let selected: Vec<&rules::RuleMeta> = match code {
+        Some(c) => vec![rules::find_meta(c).ok_or_else(|| {
             tensight::Error::new(format!("unknown rule {c}"))
                 .with_hint("`tensight rules` lists every rule")
         })?],
-        None => rules::REGISTRY.iter().collect(),
+        None => rules::all_meta().collect(),
     };
     Ok(match format {
         RulesFormat::Json => {
-            let v: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
-            let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
+            let mut s = serde_json::to_string_pretty(&selected).unwrap_or_default();
             s.push('\n');
             s
         }
-        RulesFormat::Text if code.is_some() => rules_text::doc(selected[0].meta, w),
-        RulesFormat::Text => {
-            let metas: Vec<&rules::RuleMeta> = selected.iter().map(|r| r.meta).collect();
-            rules_text::list(&metas, w)
-        }
+        RulesFormat::Text if code.is_some() => rules_text::doc(selected[0], w),
+        RulesFormat::Text => rules_text::list(&selected, w),
     })
 }
 

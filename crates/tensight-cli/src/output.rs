@@ -65,6 +65,19 @@ pub fn write(target: &Path, text: &str, inputs: &[PathBuf], force: bool) -> tens
         .map_err(|e| Error::new(format!("failed to write the report to {name}: {e}")))
 }
 
+/// [`write`] for bytes (a rank summary).
+pub fn write_bytes(
+    target: &Path,
+    bytes: &[u8],
+    inputs: &[PathBuf],
+    force: bool,
+) -> tensight::Result<()> {
+    check(target, inputs, force)?;
+    let name = shown(&target.display().to_string());
+    write_atomically_with(target, |f| f.write_all(bytes))
+        .map_err(|e| Error::new(format!("failed to write {name}: {e}")))
+}
+
 /// [`write`] for output produced as it goes (an annotated trace): `produce` writes into
 /// the temporary file, which is renamed into place only when it succeeds.
 pub fn write_with(
@@ -141,7 +154,15 @@ pub fn is_report(path: &Path) -> bool {
     let mut head = vec![0u8; 1024];
     let n = f.read(&mut head).unwrap_or(0);
     head.truncate(n);
+    if head.starts_with(b"PAR1") {
+        // A Parquet summary: its version key is in the footer.
+        let small = std::fs::metadata(path).is_ok_and(|m| m.len() < 1 << 30);
+        return small && std::fs::read(path).is_ok_and(|b| tensight::summary::is_summary(&b));
+    }
     let head = String::from_utf8_lossy(&head);
+    if head.starts_with(tensight::summary::HEAD) {
+        return true;
+    }
     if head.contains("GPU PERFORMANCE DIAGNOSIS REPORT")
         || head.starts_with("{\"tensight\": {\"annotation_version\":")
         || head.starts_with("TENSIGHT DIFF")

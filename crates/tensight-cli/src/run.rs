@@ -8,9 +8,9 @@
 //! program that failed or was killed before the collector wrote anything gets an error
 //! saying why, and its code (2 if it exited 0).
 //! A distributed job (`-- torchrun ...`) leaves a bundle per rank, `BUNDLE/rank{N}/`, and
-//! the job's manifest: [`report_job`] says how each rank ended, and (until the cross-rank
-//! analysis is wired in there) reports one rank's bundle and names the command that
-//! analyses the whole job.
+//! the job's manifest: [`report_job`] says how each rank ended, writes each rank's
+//! reports into its folder, then runs the cross-rank analysis over the whole job (the
+//! report on stdout; `report.txt`, `report.json` and `report.html` beside the manifest).
 //! `TENSIGHT_BOOT_DIR` and `TENSIGHT_PYTHON` are set by the `tensight` console script
 //! of the Python package before it hands argv to this crate; without them (the bare
 //! cargo binary) `run` and `bench` refuse with an install instruction.
@@ -217,14 +217,122 @@ fn report_job(r: &RecordArgs, rec: &Recorded, job: &ranks::Job) -> tensight::Res
         // not reached: with no rank's manifest, `record` said "nothing recorded" above
         return Ok(rec.exit_code);
     };
-    let code = report_bundle(r, dir, rec.exit_code)?;
+    if job.recorded.len() < 2 {
+        // One rank recorded: its own report is the job's.
+        let code = report_bundle(r, dir, rec.exit_code)?;
+        eprintln!(
+            "tensight: {} ranks in {} · only rank {rank} was recorded: its report is above",
+            m.world_size,
+            rec.dir.display()
+        );
+        return Ok(code);
+    }
+    for (_, d) in &job.recorded {
+        // Each rank's own reports into its folder (no output: the job's report follows).
+        if let Ok(report) = tensight::analyze_path(d) {
+            write_reports(d, &report);
+        }
+    }
+    report_ranks(r, &rec.dir, rec.exit_code)
+}
+
+/// The cross-rank analysis of a recorded job: its reports beside the job's manifest, the
+/// report on stdout. Returns `code` (2 instead of 0 when it could not be analysed).
+fn report_ranks(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32> {
+    let analysed = tensight::read::ranks::discover(dir).and_then(|set| match set {
+        Some(set) => tensight::analyze_ranks(&set, &dir.display().to_string()),
+        None => Err(Error::new(format!(
+            "no rank bundles in {}",
+            tensight::text::shown(&dir.display().to_string())
+        ))),
+    });
+    let report = match analysed {
+        Ok(r) => r,
+        Err(e) => {
+            print_error(&e);
+            eprintln!(
+                "tensight: job bundle {} (no cross-rank report)",
+                dir.display()
+            );
+            return Ok(if code != 0 { code } else { 2 });
+        }
+    };
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    let text = report::terminal::render_ranks(
+        &report,
+        RenderOptions {
+            color: false,
+            width: 80,
+        },
+    );
+    let json = report::json::render_ranks(&report);
+    let html = report::html::render_ranks(&report);
+    write_files(
+        dir,
+        [
+            ("report.txt", &text),
+            ("report.json", &json),
+            ("report.html", &html),
+        ],
+    );
+    let shown = match r.format {
+        Format::Json => json,
+        Format::Html => html,
+        Format::Text | Format::Perfetto => {
+            let color = use_color(ColorChoice::Auto);
+            let width = r.width.unwrap_or_else(crate::default_width);
+            if color || width != 80 {
+                report::terminal::render_ranks(&report, RenderOptions { color, width })
+            } else {
+                text
+            }
+        }
+    };
+    write_stdout(&shown)?;
     eprintln!(
-        "tensight: {} ranks in {} · above: rank {rank}'s report · the cross-rank analysis: tensight analyze {}",
-        m.world_size,
-        rec.dir.display(),
-        tensight::report::terminal::shell_word(&rec.dir.to_string_lossy())
+        "tensight: job bundle {} · cross-rank report {} · each rank's in rank*/report.txt",
+        dir.display(),
+        dir.join("report.txt").display()
     );
     Ok(code)
+}
+
+/// A bundle's reports (text at 80 columns, JSON, HTML) written into it; returned too.
+fn write_reports(dir: &Path, report: &report::Report) -> (String, String, String) {
+    let text = report::terminal::render(
+        report,
+        RenderOptions {
+            color: false,
+            width: 80,
+        },
+    );
+    let json = report::json::render(report);
+    let html = report::html::render(report);
+    write_files(
+        dir,
+        [
+            ("report.txt", &text),
+            ("report.json", &json),
+            ("report.html", &html),
+        ],
+    );
+    (text, json, html)
+}
+
+/// Each (name, body) into `dir`; a failure is a warning (the report still goes to stdout).
+fn write_files(dir: &Path, files: [(&str, &String); 3]) {
+    for (name, body) in files {
+        let path = dir.join(name);
+        if let Err(e) = std::fs::write(&path, body) {
+            eprintln!(
+                "warning: failed to write {}: {}",
+                path.display(),
+                io_cause(&e)
+            );
+        }
+    }
 }
 
 /// Analyse one bundle: its reports into it, the report on stdout. Returns `code`
@@ -249,30 +357,9 @@ fn report_bundle(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32>
     for w in &report.warnings {
         eprintln!("warning: {w}");
     }
-    let text = report::terminal::render(
-        &report,
-        RenderOptions {
-            color: false,
-            width: 80,
-        },
-    );
-    let json = report::json::render(&report);
-    let html = report::html::render(&report);
+    let (text, json, html) = write_reports(dir, &report);
     let txt_path = dir.join("report.txt");
     let html_path = dir.join("report.html");
-    for (path, body) in [
-        (&txt_path, &text),
-        (&dir.join("report.json"), &json),
-        (&html_path, &html),
-    ] {
-        if let Err(e) = std::fs::write(path, body) {
-            eprintln!(
-                "warning: failed to write {}: {}",
-                path.display(),
-                io_cause(&e)
-            );
-        }
-    }
     let shown = match r.format {
         Format::Json => json,
         Format::Html => html,

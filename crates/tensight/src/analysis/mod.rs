@@ -18,6 +18,7 @@ pub mod inflation;
 pub mod kernels;
 pub mod migration;
 pub mod op_roofline;
+pub mod ranks;
 
 pub mod simulate;
 pub mod step_view;

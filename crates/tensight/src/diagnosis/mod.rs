@@ -8,6 +8,7 @@
 //! idle time are not counted twice and the marginals never sum past the step.
 
 mod merge;
+pub mod ranks;
 pub mod unprofiled;
 
 use crate::analysis::inflation::{self, Deflation};
@@ -156,7 +157,7 @@ fn resimulate(ctx: &Context, f: &mut Finding, d: &Deflation, base: &Change, base
     ));
 }
 
-fn sort(findings: &mut [Finding]) {
+pub(crate) fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         b.saving_ms
             .total_cmp(&a.saving_ms)

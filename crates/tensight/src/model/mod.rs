@@ -358,6 +358,10 @@ pub struct GpuActivity {
     pub bytes: Option<u64>,
     /// Launch configuration (kernels only).
     pub launch: Option<LaunchInfo>,
+    /// The collective a communication kernel ran (NCCL/RCCL kernels whose args name it:
+    /// `Collective name`, message sizes, dtype, process group); `None` for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub collective: Option<Box<Collective>>,
     /// Launching op: the op with the same External id (index into `ops`).
     pub op: Option<u32>,
     /// Launching runtime call (index into `runtime`).
@@ -384,6 +388,65 @@ impl GpuActivity {
     pub fn is_pageable_copy(&self) -> bool {
         matches!(self.kind, GpuKind::Memcpy { src, dst, .. } if src == MemKind::Pageable || dst == MemKind::Pageable)
     }
+}
+
+/// A collective as the profiler recorded it on its kernel (`record_param_comms` args,
+/// which torch ≥ 2.1 copies onto the NCCL kernel).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Collective {
+    /// `Collective name`: `allreduce`, `allgather`, `broadcast`, `reduce_scatter`, ...
+    pub name: String,
+    /// `In msg nelems`: elements sent.
+    pub in_nelems: Option<u64>,
+    /// `Out msg nelems`: elements received.
+    pub out_nelems: Option<u64>,
+    /// `Group size`: ranks in the process group.
+    pub group_size: Option<u32>,
+    /// `dtype` as written (`Float`, `BFloat16`).
+    pub dtype: Option<String>,
+    /// `Process Group Name` (`0` for the default group).
+    pub group: Option<String>,
+}
+
+impl Collective {
+    /// From the args as the reader finds them: the strings as raw JSON text (a string
+    /// in quotes, or any other value as written), the numbers already parsed.
+    pub fn from_args(
+        name: &str,
+        in_nelems: Option<i64>,
+        out_nelems: Option<i64>,
+        group_size: Option<i64>,
+        dtype: Option<&str>,
+        group: Option<&str>,
+    ) -> Collective {
+        let text = |raw: &str| crate::text::cleaned(raw.trim().trim_matches('"'));
+        let count = |n: Option<i64>| n.filter(|&v| v >= 0).map(|v| v as u64);
+        Collective {
+            name: text(name),
+            in_nelems: count(in_nelems),
+            out_nelems: count(out_nelems),
+            group_size: group_size.filter(|&v| v > 0).map(|v| v as u32),
+            dtype: dtype.map(text),
+            group: group.map(text),
+        }
+    }
+
+    /// Bytes of the larger message (`max(in, out) × dtype size`), when both are known.
+    pub fn bytes(&self) -> Option<u64> {
+        let n = self.in_nelems.max(self.out_nelems)?;
+        Some(n.saturating_mul(dtype_bytes(self.dtype.as_deref()?)?))
+    }
+}
+
+/// Bytes per element of a dtype as `record_param_comms` writes it (`Float`, `Half`).
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype.to_ascii_lowercase().as_str() {
+        "float" | "float32" | "int" | "int32" | "uint32" => 4,
+        "double" | "float64" | "long" | "int64" | "uint64" | "complexfloat" => 8,
+        "half" | "bfloat16" | "float16" | "short" | "int16" => 2,
+        "byte" | "char" | "bool" | "int8" | "uint8" | "float8_e4m3fn" | "float8_e5m2" => 1,
+        _ => return None,
+    })
 }
 
 /// A GPU-side annotation range (`gpu_user_annotation`).

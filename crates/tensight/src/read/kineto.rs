@@ -566,6 +566,28 @@ pub(super) struct RawArgs<'a> {
     pub(super) name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub(super) labels: Option<Cow<'a, str>>,
+    #[serde(
+        rename = "Collective name",
+        borrow,
+        default,
+        deserialize_with = "raw_text"
+    )]
+    pub(super) collective: Option<&'a str>,
+    #[serde(rename = "In msg nelems", default)]
+    pub(super) in_nelems: Option<Num>,
+    #[serde(rename = "Out msg nelems", default)]
+    pub(super) out_nelems: Option<Num>,
+    #[serde(rename = "Group size", default)]
+    pub(super) group_size: Option<Num>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    pub(super) dtype: Option<&'a str>,
+    #[serde(
+        rename = "Process Group Name",
+        borrow,
+        default,
+        deserialize_with = "raw_text"
+    )]
+    pub(super) pg_name: Option<&'a str>,
 }
 
 #[derive(Default)]
@@ -1322,6 +1344,16 @@ fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_
                 external_id: ext,
                 bytes,
                 launch,
+                collective: args.collective.map(|c| {
+                    Box::new(crate::model::Collective::from_args(
+                        c,
+                        args.in_nelems.and_then(Num::int),
+                        args.out_nelems.and_then(Num::int),
+                        args.group_size.and_then(Num::int),
+                        args.dtype,
+                        args.pg_name,
+                    ))
+                }),
                 op: None,
                 runtime: None,
             })

@@ -244,6 +244,12 @@ impl<'a> Parser<'a> {
                 b"Device Id" => num!(25, device_id),
                 b"name" => text!(26, name),
                 b"labels" => text!(27, labels),
+                b"Collective name" => raw!(28, collective),
+                b"In msg nelems" => num!(29, in_nelems),
+                b"Out msg nelems" => num!(30, out_nelems),
+                b"Group size" => num!(31, group_size),
+                b"dtype" => raw!(32, dtype),
+                b"Process Group Name" => raw!(33, pg_name),
                 _ => p.skip_value(0)?,
             }
             Ok(())

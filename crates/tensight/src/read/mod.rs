@@ -14,6 +14,7 @@ pub mod kineto;
 mod kineto_event;
 pub mod limits;
 pub mod ncu;
+pub mod ranks;
 pub mod scan;
 pub mod source;
 
@@ -91,12 +92,12 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
                 found.len(),
                 list.join(", ")
             ))
-            .with_hint("each rank writes its own trace: analyze them one at a time"))
+            .with_hint("each rank writes its own trace: `tensight analyze DIR` on the command line compares the ranks of one job (docs/distributed.md); here, analyze them one at a time"))
         }
     }
 }
 
-fn collect_traces(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+pub(crate) fn collect_traces(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
     if depth > 6 {
         return;
     }

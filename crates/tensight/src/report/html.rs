@@ -17,6 +17,7 @@
 //! rows, the tensor's node in the forest and the source line's entry, and those point
 //! back at the findings that name them.
 
+mod ranks;
 mod roofline;
 mod svg;
 mod tables;
@@ -40,14 +41,34 @@ const NO_FINDING: &str = "#7f8c9a";
 
 /// Render the report as one HTML page.
 pub fn render(r: &Report) -> String {
+    render_with(r, None)
+}
+
+/// Render a multi-rank report: the focus rank's own page with a Ranks section (the
+/// per-rank table, the straggler, the collectives' transfer/wait split and the
+/// cross-rank findings) after the summary. Without per-rank reports (merged from
+/// summaries) there is no page to put it on: a short page says so.
+pub fn render_ranks(r: &super::RanksReport) -> String {
+    match r.focus() {
+        Some(focus) => render_with(focus, Some(r)),
+        None => {
+            failed("a report merged from summaries has no per-rank page: use --format text or json")
+        }
+    }
+}
+
+fn render_with(r: &Report, ranks: Option<&super::RanksReport>) -> String {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     if let Err(e) = env.add_template("report.html", TEMPLATE) {
         return failed(&e.to_string());
     }
     let links = Links::of(r);
+    let ranks_view = ranks.map(|x| val(ranks::view(x, &links)));
+    let shown_input = ranks.map_or(r.input.as_str(), |x| x.input.as_str());
     let ctx = context! {
-        title => format!("tensight report: {}", crate::text::cut(&r.input, 120)),
+        title => format!("tensight report: {}", crate::text::cut(shown_input, 120)),
+        ranks => ranks_view,
         input => r.input.as_str(),
         version => env!("CARGO_PKG_VERSION"),
         header => val(header(r)),
@@ -463,7 +484,7 @@ fn timeline_section(r: &Report) -> Option<Value> {
 
 /// One finding on the page.
 #[derive(Serialize)]
-struct FindingView {
+pub(super) struct FindingView {
     anchor: String,
     colour: &'static str,
     code: &'static str,
@@ -485,12 +506,15 @@ struct FindingView {
 }
 
 fn findings(r: &Report, links: &Links) -> Vec<FindingView> {
-    r.diagnosis
-        .findings
-        .iter()
+    finding_views(&r.diagnosis.findings, "finding", links)
+}
+
+/// Views of `list`, anchored `{prefix}-{i}`.
+fn finding_views(list: &[Finding], prefix: &str, links: &Links) -> Vec<FindingView> {
+    list.iter()
         .enumerate()
         .map(|(i, f): (usize, &Finding)| FindingView {
-            anchor: format!("finding-{i}"),
+            anchor: format!("{prefix}-{i}"),
             colour: colour(i),
             code: f.code,
             rule: f.rule,
@@ -524,11 +548,10 @@ fn findings(r: &Report, links: &Links) -> Vec<FindingView> {
 
 /// The first paragraph of a rule's documentation (`tensight rules CODE` prints all of it).
 fn rule_about(code: &str) -> String {
-    let Some(rule) = crate::rules::find(code) else {
+    let Some(meta) = crate::rules::find_meta(code) else {
         return String::new();
     };
-    let para: Vec<&str> = rule
-        .meta
+    let para: Vec<&str> = meta
         .doc
         .lines()
         .map(str::trim)

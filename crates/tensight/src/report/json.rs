@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {
-//!   "schema_version": "1.6",
+//!   "schema_version": "1.7",
 //!   "tensight_version": "0.1.0",
 //!   "input": str,                              // path as given
 //!   "bundle": {                                // since 1.1; null unless a bundle was read
@@ -140,12 +140,49 @@
 //!             "efficiency": float|null,          // ideal / measured sectors, 0..1
 //!             "long_scoreboard_share": float|null } // of the warp cycles of its kernels
 //! ```
+//!
+//! Since 1.7, a multi-rank input (`tensight analyze DIR` over the ranks of one job,
+//! `tensight merge SUMMARIES`) gives another top-level shape, with the same
+//! `schema_version`, `tensight_version` and `input`, told apart by its `ranks` key:
+//!
+//! ```text
+//! {
+//!   "schema_version": "1.7", "tensight_version": str, "input": str,
+//!   "ranks": {
+//!     "world_size": int,                       // stated by the traces, else ranks read
+//!     "steps": int,                            // compared: the fewest any rank has
+//!     "job_step_ms": float,                    // mean of the slowest rank's step
+//!     "slowest_rank": int,                     // the most own work per step
+//!     "median_own_ms": float,                  // median rank's own work per step
+//!     "focus_rank": int,                       // whose own findings are listed
+//!     "per_rank": [ {                          // by rank; per step, means
+//!       "rank": int, "source": str, "steps": int,
+//!       "step_ms", "busy_pct", "compute_ms", "comm_ms", "comm_pct",
+//!       "exposed_comm_ms",                     // communication with no compute under it
+//!       "wait_ms",                             // communication beyond the fastest rank's
+//!       "own_ms": float,                       // step less waiting
+//!       "top_causes": [ { "code", "title": str, "saving_ms": float } ],
+//!       "findings": [ Finding ] } ],           // its own diagnosis ([] after merge)
+//!     "slowest_excess": [ { "part": "host_gaps"|"compute"|"data_loader"|"sync"
+//!                                   |"transfer",
+//!                           "label": str, "rank_ms", "others_ms": float } ],
+//!     "collectives": { "matched", "unmatched": int,
+//!                      "total_ms", "transfer_ms", "wait_ms": float,  // per step, all ranks
+//!                      "top": [ { "name", "group", "dtype": str, "bytes": int|null,
+//!                                 "per_step", "transfer_ms", "wait_ms": float } ] },
+//!     "warnings": [str] },                     // ranks left out, counts that differ
+//!   "diagnosis": {
+//!     "primary_bottleneck": Finding | null,    // the cross-rank finding saving most
+//!     "bottlenecks": [ Finding ],              // cross-rank (category "distributed")
+//!     "all_fixes_ms": float | null }           // every replayed cross-rank fix at once
+//! }
+//! ```
 
-use super::Report;
+use super::{RanksReport, Report};
 use serde_json::{json, Value};
 
 /// Version of the schema above.
-pub const SCHEMA_VERSION: &str = "1.6";
+pub const SCHEMA_VERSION: &str = "1.7";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
@@ -298,6 +335,58 @@ fn op_rows(v: &[crate::analysis::OpTime]) -> Vec<Value> {
 /// The report as pretty-printed JSON text (with a final newline).
 pub fn render(r: &Report) -> String {
     let mut s = serde_json::to_string_pretty(&to_value(r))
+        .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    s.push('\n');
+    s
+}
+
+/// The multi-rank report as a JSON value (the second shape above).
+pub fn ranks_to_value(r: &RanksReport) -> Value {
+    let a = &r.analysis;
+    let per_rank: Vec<Value> = a
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let mut v = serde_json::to_value(row).unwrap_or(Value::Null);
+            let findings = r
+                .per_rank
+                .get(i)
+                .map(|rep| serde_json::to_value(&rep.diagnosis.findings).unwrap_or(Value::Null))
+                .unwrap_or_else(|| json!([]));
+            if let Value::Object(m) = &mut v {
+                m.insert("findings".into(), findings);
+            }
+            v
+        })
+        .collect();
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "tensight_version": env!("CARGO_PKG_VERSION"),
+        "input": r.input,
+        "ranks": {
+            "world_size": a.world_size,
+            "steps": a.steps,
+            "job_step_ms": a.job_step_ms,
+            "slowest_rank": a.slowest_rank,
+            "median_own_ms": a.median_own_ms,
+            "focus_rank": r.focus_rank,
+            "per_rank": per_rank,
+            "slowest_excess": a.slowest_excess,
+            "collectives": a.collectives,
+            "warnings": r.warnings,
+        },
+        "diagnosis": {
+            "primary_bottleneck": r.diagnosis.findings.iter().find(|f| f.saving_ms > 0.0),
+            "bottlenecks": r.diagnosis.findings,
+            "all_fixes_ms": r.diagnosis.all_fixes_ms,
+        },
+    })
+}
+
+/// Render the multi-rank report as pretty JSON.
+pub fn render_ranks(r: &RanksReport) -> String {
+    let mut s = serde_json::to_string_pretty(&ranks_to_value(r))
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
     s.push('\n');
     s

@@ -33,6 +33,37 @@ pub struct Report {
     pub input: String,
 }
 
+/// Many ranks of one job: the cross-rank comparison and findings, and each rank's own
+/// report when the ranks were read from traces (empty when merged from summaries).
+pub struct RanksReport {
+    /// Display name of the input (the folder, or the summaries merged).
+    pub input: String,
+    /// Each rank's summary, by rank.
+    pub summaries: Vec<crate::analysis::ranks::RankSummary>,
+    /// The comparison.
+    pub analysis: crate::analysis::ranks::RanksAnalysis,
+    /// The cross-rank findings.
+    pub diagnosis: crate::diagnosis::ranks::RanksDiagnosis,
+    /// Each rank's own report, by rank (empty after `tensight merge`).
+    pub per_rank: Vec<Report>,
+    /// The rank whose own findings are shown beside the cross-rank ones: the slowest
+    /// (the straggler sets the job's pace, so its findings are the ones that pay).
+    pub focus_rank: u32,
+    /// What went wrong reading ranks (a rank left out) and what did not line up.
+    pub warnings: Vec<String>,
+}
+
+impl RanksReport {
+    /// The focus rank's own report, when the ranks were read from traces.
+    pub fn focus(&self) -> Option<&Report> {
+        let i = self
+            .summaries
+            .iter()
+            .position(|s| s.rank == self.focus_rank)?;
+        self.per_rank.get(i)
+    }
+}
+
 /// Options for rendering.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RenderOptions {

@@ -741,6 +741,14 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
         let _ = writeln!(out, "No bottleneck found by the rules that could run.");
     }
     for (i, f) in list.iter().enumerate() {
+        finding(out, i, f, None, t);
+    }
+}
+
+/// One finding of the DETECTED BOTTLENECKS list (numbered `i + 1`); `rank` says whose
+/// it is in a multi-rank report.
+fn finding(out: &mut String, i: usize, f: &Finding, rank: Option<u32>, t: &Term) {
+    {
         let _ = writeln!(out);
         let head = wrap(
             &format!(
@@ -764,8 +772,9 @@ fn bottlenecks(out: &mut String, r: &Report, t: &Term) {
             head
         };
         out.push_str(&head);
+        let whose = rank.map(|r| format!("rank {r} · ")).unwrap_or_default();
         let line = format!(
-            "{} {} · {} · saves ~{} per step ({:.1}%)",
+            "{whose}{} {} · {} · saves ~{} per step ({:.1}%)",
             f.code,
             f.rule,
             f.category.label(),
@@ -1123,5 +1132,215 @@ fn import(out: &mut String, r: &Report, t: &Term) {
             t.w,
             "",
         ));
+    }
+}
+
+/// Rows of the RANKS table shown before "… more" (the slowest first past this).
+const RANK_ROWS: usize = 16;
+
+/// Render a multi-rank report as text: a header, the RANKS section (per-rank step
+/// time, GPU busy, communication, exposed communication, waiting, own work; the
+/// straggler and the collectives' transfer/wait split), then the cross-rank findings
+/// ranked together with the slowest rank's own findings (the straggler sets the job's
+/// pace, so its findings are the ones that shorten the job), then warnings.
+pub fn render_ranks(r: &super::RanksReport, o: RenderOptions) -> String {
+    let w = o.width.clamp(60, 120);
+    let t = Term { color: o.color, w };
+    let mut out = String::new();
+    let a = &r.analysis;
+    let inner = t.w - 2;
+    let title = "GPU PERFORMANCE DIAGNOSIS REPORT · RANKS";
+    let pad = inner.saturating_sub(title.chars().count());
+    let _ = writeln!(out, "╔{}╗", "═".repeat(inner));
+    let _ = writeln!(
+        out,
+        "║{}{}{}║",
+        " ".repeat(pad / 2),
+        t.bold(title),
+        " ".repeat(pad - pad / 2)
+    );
+    let _ = writeln!(out, "╚{}╝", "═".repeat(inner));
+    labelled(&mut out, &t, "input ", &shown(&r.input));
+    labelled(
+        &mut out,
+        &t,
+        "ranks ",
+        &format!("{} read of world size {}", a.ranks.len(), a.world_size),
+    );
+    labelled(
+        &mut out,
+        &t,
+        "steps ",
+        &format!(
+            "{} compared; job step {} (the slowest rank's, mean)",
+            a.steps,
+            fmt_ms(a.job_step_ms)
+        ),
+    );
+    ranks_table(&mut out, r, &t);
+    ranks_findings(&mut out, r, &t);
+    if !r.warnings.is_empty() {
+        t.section(&mut out, "WARNINGS");
+        for wn in &r.warnings {
+            out.push_str(&wrap(&format!("• {wn}"), t.w, ""));
+        }
+    }
+    fit(&out, t.w, t.color)
+}
+
+fn ranks_table(out: &mut String, r: &super::RanksReport, t: &Term) {
+    let a = &r.analysis;
+    t.section(out, "RANKS");
+    let _ = writeln!(
+        out,
+        "{:>5} {:>10} {:>6} {:>6} {:>10} {:>10} {:>10}",
+        "rank", "step", "busy", "comm", "exposed", "waiting", "own work"
+    );
+    let mut rows: Vec<&crate::analysis::ranks::RankRow> = a.ranks.iter().collect();
+    if rows.len() > RANK_ROWS {
+        rows.sort_by(|x, y| y.own_ms.total_cmp(&x.own_ms).then(x.rank.cmp(&y.rank)));
+    }
+    for row in rows.iter().take(RANK_ROWS) {
+        let mark = if row.rank == a.slowest_rank {
+            " ◀"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{:>5} {:>10} {:>5.0}% {:>5.0}% {:>10} {:>10} {:>10}{mark}",
+            row.rank,
+            fmt_ms(row.step_ms),
+            row.busy_pct,
+            row.comm_pct,
+            fmt_ms(row.exposed_comm_ms),
+            fmt_ms(row.wait_ms),
+            fmt_ms(row.own_ms)
+        );
+    }
+    if rows.len() > RANK_ROWS {
+        let _ = writeln!(
+            out,
+            "  … {} more ranks (the slowest shown; all in --format json)",
+            rows.len() - RANK_ROWS
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{}",
+        t.dim("per step; waiting: communication beyond the fastest rank's instance")
+    );
+    let mut line = format!(
+        "Slowest rank: {} ({} of own work per step; median rank {})",
+        a.slowest_rank,
+        fmt_ms(
+            a.ranks
+                .iter()
+                .find(|x| x.rank == a.slowest_rank)
+                .map_or(0.0, |x| x.own_ms)
+        ),
+        fmt_ms(a.median_own_ms)
+    );
+    if let Some(e) = a.slowest_excess.first() {
+        line += &format!(
+            "; most of the difference: {} {} vs {}",
+            e.label,
+            fmt_ms(e.rank_ms),
+            fmt_ms(e.others_ms)
+        );
+    }
+    out.push_str(&wrap(&line, t.w, ""));
+    let c = &a.collectives;
+    out.push_str(&wrap(
+        &format!(
+            "Collectives: {} instances matched on every rank; per step over all ranks {} \
+             = {} transfer + {} waiting",
+            c.matched,
+            fmt_ms(c.total_ms),
+            fmt_ms(c.transfer_ms),
+            fmt_ms(c.wait_ms)
+        ),
+        t.w,
+        "",
+    ));
+    for k in &c.top {
+        let size = k.bytes.map(|b| fmt_bytes(b as f64)).unwrap_or("?".into());
+        out.push_str(&wrap(
+            &format!(
+                "• {} {size} {} (group {}), {:.1}× per step: {} transfer, {} waiting",
+                k.name,
+                k.dtype,
+                k.group,
+                k.per_step,
+                fmt_ms(k.transfer_ms),
+                fmt_ms(k.wait_ms)
+            ),
+            t.w,
+            "  ",
+        ));
+    }
+}
+
+fn ranks_findings(out: &mut String, r: &super::RanksReport, t: &Term) {
+    let focus = r.focus();
+    let title = match focus {
+        Some(_) => format!(
+            "DETECTED BOTTLENECKS (cross-rank, and rank {}'s own)",
+            r.focus_rank
+        ),
+        None => "DETECTED BOTTLENECKS (cross-rank)".to_string(),
+    };
+    t.section(out, &title);
+    let mut list: Vec<(&Finding, Option<u32>)> =
+        r.diagnosis.findings.iter().map(|f| (f, None)).collect();
+    if let Some(f) = focus {
+        list.extend(
+            f.diagnosis
+                .findings
+                .iter()
+                .filter(|x| x.category != Category::Roofline)
+                .map(|x| (x, Some(r.focus_rank))),
+        );
+    }
+    list.sort_by(|x, y| {
+        y.0.saving_ms
+            .total_cmp(&x.0.saving_ms)
+            .then(x.1.cmp(&y.1))
+            .then(x.0.code.cmp(y.0.code))
+    });
+    if list.is_empty() {
+        let _ = writeln!(out, "No bottleneck found.");
+    }
+    for (i, (f, rank)) in list.iter().enumerate() {
+        finding(out, i, f, *rank, t);
+    }
+    if let Some(ms) = r.diagnosis.all_fixes_ms {
+        let _ = writeln!(out);
+        out.push_str(&wrap(
+            &format!(
+                "All cross-rank fixes together: {} per job step (replayed at once on the \
+                 job's step model)",
+                fmt_ms(ms)
+            ),
+            t.w,
+            "",
+        ));
+    }
+    if focus.is_none() {
+        for row in &r.analysis.ranks {
+            if let Some(c) = row.top_causes.first() {
+                out.push_str(&wrap(
+                    &format!(
+                        "• rank {}'s own top finding: {} {} ({} per step)",
+                        row.rank,
+                        c.code,
+                        c.title,
+                        fmt_ms(c.saving_ms)
+                    ),
+                    t.w,
+                    "",
+                ));
+            }
+        }
     }
 }

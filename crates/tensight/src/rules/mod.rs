@@ -9,6 +9,8 @@
 //! locations. The primary bottleneck is the finding with the largest saving.
 
 mod allocator_churn;
+mod collective_wait;
+mod compute_imbalance;
 mod copy_churn;
 mod copy_compute_overlap;
 mod cpu_heavy_ops;
@@ -16,6 +18,7 @@ mod cpu_preprocessing;
 mod data_loader_wait;
 mod device_ping_pong;
 mod elementwise_chains;
+mod exposed_communication;
 mod fp32_gemm_without_tensor_cores;
 mod host_sync_in_step;
 mod kernel_diversity;
@@ -30,6 +33,7 @@ mod occupancy_limited;
 mod pageable_memcpy;
 mod roofline_position;
 mod small_grids;
+mod straggler_rank;
 mod transposed_chain;
 mod uncoalesced_global_access;
 
@@ -63,6 +67,9 @@ pub enum Category {
     Views,
     /// A: memory capacity and allocator.
     Allocator,
+    /// P: between the ranks of a distributed job (parallelism); found only when many
+    /// ranks are analysed together.
+    Distributed,
 }
 
 impl Category {
@@ -80,6 +87,7 @@ impl Category {
             Category::Fusion => "FUSION",
             Category::Views => "TENSOR_VIEWS",
             Category::Allocator => "MEMORY_CAPACITY",
+            Category::Distributed => "DISTRIBUTED",
         }
     }
 }
@@ -459,6 +467,81 @@ pub static REGISTRY: &[Rule] = &[
     allocator_churn::RULE,
 ];
 
+/// What a cross-rank rule's check sees: the ranks of one job compared.
+pub struct RanksContext<'a> {
+    /// The comparison, with the job's step model.
+    pub analysis: &'a crate::analysis::ranks::RanksAnalysis,
+}
+
+impl RanksContext<'_> {
+    /// The job's step time, ms (the denominator of every %).
+    pub fn step_ms(&self) -> f64 {
+        self.analysis.job_step_ms
+    }
+}
+
+/// A cross-rank rule: metadata and a check over many ranks.
+pub struct RankRule {
+    /// Identity and documentation.
+    pub meta: &'static RuleMeta,
+    /// The check: zero or more findings.
+    pub check: fn(&RanksContext) -> Vec<Finding>,
+    /// What its fix changes in the job's step model (`None`: not simulated); the
+    /// diagnosis combines these (marginal savings, all fixes at once).
+    pub change:
+        fn(&crate::analysis::ranks::RanksAnalysis) -> Option<crate::analysis::ranks::JobChange>,
+}
+
+/// Every cross-rank rule (category P), in code order: run only when many ranks of a
+/// job are analysed together (`tensight analyze DIR`, `tensight merge`).
+pub static RANK_REGISTRY: &[RankRule] = &[
+    straggler_rank::RULE,
+    collective_wait::RULE,
+    exposed_communication::RULE,
+    compute_imbalance::RULE,
+];
+
+/// Every rule's metadata: the per-rank rules, then the cross-rank ones.
+pub fn all_meta() -> impl Iterator<Item = &'static RuleMeta> {
+    REGISTRY
+        .iter()
+        .map(|r| r.meta)
+        .chain(RANK_REGISTRY.iter().map(|r| r.meta))
+}
+
+/// Look any rule (per-rank or cross-rank) up by code (case-insensitive) or name.
+pub fn find_meta(code_or_name: &str) -> Option<&'static RuleMeta> {
+    all_meta().find(|m| m.code.eq_ignore_ascii_case(code_or_name) || m.name == code_or_name)
+}
+
+impl Draft {
+    /// Turn into a finding of the cross-rank rule `meta`, with % and severity from the
+    /// job's step time. The saving is `saving_ms` (the rule replays its change on the
+    /// job's step model).
+    pub fn finish_ranks(self, meta: &RuleMeta, ctx: &RanksContext) -> Finding {
+        let mut f = Finding {
+            code: meta.code,
+            rule: meta.name,
+            category: meta.category,
+            title: self.title,
+            message: self.message,
+            saving_ms: 0.0,
+            saving_pct: 0.0,
+            estimate: self.estimate,
+            severity: Severity::Info,
+            evidence: self.evidence,
+            explanation: self.explanation,
+            fixes: self.fixes,
+            locations: self.locations,
+            change: None,
+            after: None,
+            marginal_ms: None,
+        };
+        f.set_saving(self.saving_ms, ctx.step_ms());
+        f
+    }
+}
+
 /// Look a rule up by code (case-insensitive) or name.
 pub fn find(code_or_name: &str) -> Option<&'static Rule> {
     REGISTRY
@@ -539,7 +622,11 @@ mod tests {
     #[test]
     fn every_rule_is_documented_and_unique() {
         let mut codes = std::collections::HashSet::new();
-        for r in REGISTRY {
+        for meta in all_meta() {
+            let r = Rule {
+                meta,
+                check: |_| Vec::new(),
+            };
             assert!(codes.insert(r.meta.code), "duplicate code {}", r.meta.code);
             let mut at = 0;
             for s in DOC_SECTIONS {
@@ -564,6 +651,7 @@ mod tests {
                 Category::Fusion => 'G',
                 Category::Views => 'V',
                 Category::Allocator => 'A',
+                Category::Distributed => 'P',
             };
             assert_eq!(
                 letter, expect,
