@@ -252,7 +252,7 @@ impl<'a> HostCode<'a> {
                 .filter(|r| r.1 > a)
                 .copied(),
         );
-        busy.sort_unstable();
+        busy.sort(); // three sorted runs (frames, ops, calls): merged, not re-sorted
         let mut t = a;
         let mut push = |s: i64, e: i64| {
             if e - s >= self.min_ns && !launches(s, e) {

@@ -164,7 +164,7 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
     // Per stream (device, stream), in first-seen order (few: a list): the last
     // activity's (orig end, new end), and every activity's (orig end → new end) for
     // cross-stream waits.
-    let mut streams: Vec<((i64, i64), (i64, i64), BTreeMap<i64, i64>)> = Vec::new();
+    let mut streams: Vec<StreamState> = Vec::new();
     let (mut orig_end_all, mut new_end_all) = (i64::MIN, i64::MIN);
     for gi in lo..hi {
         let g = &p.gpu[gi];
@@ -251,6 +251,10 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         after_ns: new - start,
     })
 }
+
+/// One stream in [`replay`]: its (device, stream), its last activity's (orig end, new
+/// end), and every activity's orig end → new end.
+type StreamState = ((i64, i64), (i64, i64), BTreeMap<i64, i64>);
 
 /// The host's advance after a blocking sync over `[a, b)` (`unsynced`: it no longer
 /// waits), beyond the removed host time. It waited for the GPU work recorded so far
