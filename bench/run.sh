@@ -8,7 +8,8 @@
 #
 # Times, over RUNS runs (median; one untimed warm-up run first, so the file is in the
 # page cache for all of them):
-#   analyze  target/release/tensight analyze FILE --format json -o /dev/null
+#   analyze  target/release/tensight analyze FILE --format json (stdout to /dev/null;
+#            `-o /dev/null` is refused: not a regular file)
 #            (the whole command; skipped with a note if the CLI does not build or work)
 #   reader   target/release/examples/read_bench FILE (tensight::read::load only)
 # Prints a table and writes bench/out/results.json.
@@ -39,14 +40,14 @@ if ! "$TIME" -v true >/dev/null 2>&1; then
     TIME=""
 fi
 
-analyze=(target/release/tensight analyze "$TRACE" --format json -o /dev/null)
+analyze=(target/release/tensight analyze "$TRACE" --format json)
 reader=(target/release/examples/read_bench "$TRACE")
 
 # Does the CLI work? (exit 0 or 1 = findings; 2 = error.) Try it on the small source.
 if [[ $cli_ok == 1 ]]; then
     rc=0
     target/release/tensight analyze bench/data/nccl_parser_config-nccl_data.json.gz \
-        --format json -o /dev/null 2>/dev/null || rc=$?
+        --format json >/dev/null 2>&1 || rc=$?
     if [[ $rc -gt 1 ]]; then cli_ok=0; fi
 fi
 [[ $cli_ok == 1 ]] || echo "note: tensight analyze does not build or work yet: timing the reader only" >&2

@@ -8,6 +8,7 @@
 
 use crate::analysis::host_work::is_launch;
 use crate::model::{is_user_frame, OpKind, Profile};
+use rustc_hash::FxHashMap;
 
 /// Frames of libraries whose calls are CPU image work however short (their ops, if any,
 /// are the library's own): counted without [`HostCode::min_ns`].
@@ -109,22 +110,28 @@ impl<'a> HostCode<'a> {
         let frames = self.frames();
         let starts = self.launch_times();
         let launches = |a: i64, b: i64| any_in(&starts, a, b);
-        let owned = |n: &str| OWNED_ELSEWHERE.iter().any(|m| n.contains(m));
-        let transform = |n: &str| TRANSFORM_FRAMES.iter().any(|m| n.contains(m));
+        // The name tests, once per distinct name of the thread's frames.
+        let class: Vec<NameClass> = NameClass::of_frames(p, frames.clone());
+        let local = |i: u32| {
+            (i as usize)
+                .checked_sub(frames.start)
+                .filter(|&k| k < frames.len())
+        };
+        let class_of = |j: u32| match local(j) {
+            Some(k) => class[k],
+            None => NameClass::of(&p.python_frames[j as usize].name),
+        };
         // Frames that can be host code themselves: the program's own, data libraries',
         // and built-ins the program's code calls; not torch's (their ops count), nor a
         // framework's (its own business).
         let candidate_at = |i: usize| {
-            let f = &p.python_frames[i];
-            let n = &*f.name;
-            if TORCH_FRAMES.iter().any(|m| n.contains(m)) {
+            let c = class[i - frames.start];
+            if c.torch {
                 return false;
             }
-            is_user_frame(n)
-                || DATA_LIBRARIES.iter().any(|m| n.contains(m))
-                || (n.starts_with("<built-in")
-                    && f.parent
-                        .is_some_and(|q| is_user_frame(&p.python_frames[q as usize].name)))
+            c.user
+                || c.data
+                || (c.builtin && p.python_frames[i].parent.is_some_and(|q| class_of(q).user))
         };
         let mut out = Vec::new();
         // Ops on the thread (annotations aside), by start: a frame that holds one is
@@ -148,7 +155,7 @@ impl<'a> HostCode<'a> {
                 let f = &p.python_frames[i];
                 let (a, b) = (f.ts_ns, f.end_ns());
                 !launches(a, b)
-                    && (transform(&f.name) || !any_in(&op_starts, a, b))
+                    && (class[i - frames.start].transform || !any_in(&op_starts, a, b))
                     && candidate_at(i)
             })
             .collect();
@@ -160,17 +167,12 @@ impl<'a> HostCode<'a> {
             .map(|r| (r.ts_ns, r.end_ns()))
             .collect();
         calls.sort_unstable();
-        let local = |i: u32| {
-            (i as usize)
-                .checked_sub(frames.start)
-                .filter(|&k| k < frames.len())
-        };
         // Whether an enclosing frame is host code already, or owned by another rule.
         let covered = |i: usize| {
             let mut q = p.python_frames[i].parent;
             while let Some(j) = q {
                 let pf = &p.python_frames[j as usize];
-                if owned(&pf.name) {
+                if class_of(j).owned {
                     return true;
                 }
                 if local(j).is_some_and(|k| whole[k]) {
@@ -182,10 +184,11 @@ impl<'a> HostCode<'a> {
         };
         for (k, i) in frames.clone().enumerate() {
             let f = &p.python_frames[i];
-            if !keep(f.ts_ns) || owned(&f.name) || !(whole[k] || is_user_frame(&f.name)) {
+            let c = class[k];
+            if !keep(f.ts_ns) || c.owned || !(whole[k] || c.user) {
                 continue;
             }
-            let tf = transform(&f.name);
+            let tf = c.transform;
             if whole[k] {
                 if (tf || f.dur_ns >= self.min_ns) && !covered(i) {
                     out.push(Range {
@@ -195,7 +198,7 @@ impl<'a> HostCode<'a> {
                         kind: if tf { Kind::Transform } else { Kind::Frame },
                     });
                 }
-            } else if is_user_frame(&f.name) && !covered(i) {
+            } else if c.user && !covered(i) {
                 self.untraced_in(i, frames.clone(), &calls, &launches, &mut out);
             }
         }
@@ -249,7 +252,7 @@ impl<'a> HostCode<'a> {
                 .filter(|r| r.1 > a)
                 .copied(),
         );
-        busy.sort_unstable();
+        busy.sort(); // three sorted runs (frames, ops, calls): merged, not re-sorted
         let mut t = a;
         let mut push = |s: i64, e: i64| {
             if e - s >= self.min_ns && !launches(s, e) {
@@ -273,6 +276,51 @@ impl<'a> HostCode<'a> {
         if t < b {
             push(t, b);
         }
+    }
+}
+
+/// What the name tests of [`HostCode::find`] say about a frame's name.
+#[derive(Debug, Clone, Copy, Default)]
+struct NameClass {
+    /// A frame of torch or of tensight ([`TORCH_FRAMES`]).
+    torch: bool,
+    /// [`is_user_frame`].
+    user: bool,
+    /// A data library's frame ([`DATA_LIBRARIES`]).
+    data: bool,
+    /// A built-in (`<built-in ...>`).
+    builtin: bool,
+    /// A CPU image library's frame ([`TRANSFORM_FRAMES`]).
+    transform: bool,
+    /// Owned by another rule ([`OWNED_ELSEWHERE`]).
+    owned: bool,
+}
+
+impl NameClass {
+    fn of(n: &str) -> NameClass {
+        let any = |list: &[&str]| list.iter().any(|m| n.contains(m));
+        NameClass {
+            torch: any(TORCH_FRAMES),
+            user: is_user_frame(n),
+            data: any(DATA_LIBRARIES),
+            builtin: n.starts_with("<built-in"),
+            transform: any(TRANSFORM_FRAMES),
+            owned: any(OWNED_ELSEWHERE),
+        }
+    }
+
+    /// The class of each frame in `range`, each distinct name tested once: the reader
+    /// interns names, so frames of one name share its allocation (the key; equal
+    /// names in different allocations are only tested again).
+    fn of_frames(p: &Profile, range: std::ops::Range<usize>) -> Vec<NameClass> {
+        let mut seen: FxHashMap<(usize, usize), NameClass> = FxHashMap::default();
+        p.python_frames[range]
+            .iter()
+            .map(|f| {
+                let key = (f.name.as_ptr() as usize, f.name.len());
+                *seen.entry(key).or_insert_with(|| NameClass::of(&f.name))
+            })
+            .collect()
     }
 }
 

@@ -200,8 +200,7 @@ struct Traits {
 }
 
 /// Per-thread memo of [`Traits`]: (name address, length) → (name, traits).
-type TraitsCache =
-    std::cell::RefCell<std::collections::HashMap<(usize, usize), (Box<str>, Traits)>>;
+type TraitsCache = std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize), (Box<str>, Traits)>>;
 
 thread_local! {
     /// Keyed by the name's address and length (names are shared `Arc<str>`s), with the

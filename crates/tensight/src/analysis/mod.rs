@@ -389,7 +389,10 @@ fn kernel_stats(p: &Profile, t: &Timeline) -> KernelStats {
             .collect(),
         ..Default::default()
     };
-    let mut by_name: HashMap<&str, (u64, i64, HashMap<u32, u64>)> = HashMap::new();
+    // Fx hashing: names and op indices are hashed once per kernel; the result is
+    // sorted, so the maps' order does not show.
+    let mut by_name: rustc_hash::FxHashMap<&str, (u64, i64, rustc_hash::FxHashMap<u32, u64>)> =
+        Default::default();
     let mut durs = Vec::new();
     let mut under = (0u64, 0i64);
     for &gi in &t.gpu_in_steps {

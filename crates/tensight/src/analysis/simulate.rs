@@ -132,12 +132,17 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         }
     }
     // Graph members: the group's first launch.
-    let mut graph_launch: HashMap<u32, i64> = HashMap::new();
+    let mut graph_launch: Vec<Option<i64>> = vec![None; hi - lo];
     for g in &change.graphs {
         let first_launch = g.iter().map(|&i| launch_ns(p, &p.gpu[i as usize])).min();
         if let Some(t) = first_launch {
             for &i in g {
-                graph_launch.insert(i, t);
+                if let Some(x) = (i as usize)
+                    .checked_sub(lo)
+                    .and_then(|k| graph_launch.get_mut(k))
+                {
+                    *x = Some(t);
+                }
             }
         }
     }
@@ -156,10 +161,10 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
 
     // How much earlier than recorded the host runs, beyond the removed host time.
     let mut sync_shift: i64 = 0;
-    // Per stream: the last activity's (orig end, new end), and every activity's
-    // (orig end → new end) for cross-stream waits.
-    let mut streams: BTreeMap<(i64, i64), (i64, i64)> = BTreeMap::new();
-    let mut ends: BTreeMap<(i64, i64), BTreeMap<i64, i64>> = BTreeMap::new();
+    // Per stream (device, stream), in first-seen order (few: a list): the last
+    // activity's (orig end, new end), and every activity's (orig end → new end) for
+    // cross-stream waits.
+    let mut streams: Vec<StreamState> = Vec::new();
     let (mut orig_end_all, mut new_end_all) = (i64::MIN, i64::MIN);
     for gi in lo..hi {
         let g = &p.gpu[gi];
@@ -177,16 +182,23 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
             next_sync += 1;
         }
         let key = (g.device, g.stream);
-        let (prev_orig, prev_new) = streams.get(&key).copied().unwrap_or((i64::MIN, i64::MIN));
+        let at = match streams.iter().position(|s| s.0 == key) {
+            Some(at) => at,
+            None => {
+                streams.push((key, (i64::MIN, i64::MIN), BTreeMap::new()));
+                streams.len() - 1
+            }
+        };
+        let (prev_orig, prev_new) = streams[at].1;
         let mut ready_orig = launch.max(prev_orig);
         let mut dep_new = i64::MIN;
         if g.ts_ns - ready_orig > DEP_MIN_NS {
             // An unexplained wait: the activity waited for another stream (an event). Take
             // the other stream of this device whose work ended last before it started.
-            let dep = ends
+            let dep = streams
                 .iter()
-                .filter(|(k, _)| k.0 == g.device && **k != key)
-                .filter_map(|(k, m)| {
+                .filter(|(k, _, m)| k.0 == g.device && *k != key && !m.is_empty())
+                .filter_map(|(k, _, m)| {
                     m.range(ready_orig..=g.ts_ns + SKEW_NS)
                         .next_back()
                         .map(|(&oe, &ne)| (oe, ne, *k))
@@ -197,8 +209,8 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
                 dep_new = ne;
             }
         }
-        let (host_at, delay) = match graph_launch.get(&(gi as u32)) {
-            Some(&t) => (t - sync_shift - cuts.before(t), GRAPH_GAP_NS),
+        let (host_at, delay) = match graph_launch[gi - lo] {
+            Some(t) => (t - sync_shift - cuts.before(t), GRAPH_GAP_NS),
             None => (
                 launch - sync_shift - cuts.before(launch),
                 (g.ts_ns - ready_orig).max(0),
@@ -210,12 +222,9 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         let delay = if dense[gi - lo] == Some(0) { 0 } else { delay };
         let start = host_at.max(prev_new).max(dep_new) + delay;
         let end = start + dur;
-        streams.insert(key, (g.end_ns().max(prev_orig), end.max(prev_new)));
-        let e = ends
-            .entry(key)
-            .or_default()
-            .entry(g.end_ns())
-            .or_insert(end);
+        let s = &mut streams[at];
+        s.1 = (g.end_ns().max(prev_orig), end.max(prev_new));
+        let e = s.2.entry(g.end_ns()).or_insert(end);
         *e = (*e).max(end);
         orig_end_all = orig_end_all.max(g.end_ns());
         new_end_all = new_end_all.max(end);
@@ -242,6 +251,10 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         after_ns: new - start,
     })
 }
+
+/// One stream in [`replay`]: its (device, stream), its last activity's (orig end, new
+/// end), and every activity's orig end → new end.
+type StreamState = ((i64, i64), (i64, i64), BTreeMap<i64, i64>);
 
 /// The host's advance after a blocking sync over `[a, b)` (`unsynced`: it no longer
 /// waits), beyond the removed host time. It waited for the GPU work recorded so far

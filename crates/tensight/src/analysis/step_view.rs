@@ -302,11 +302,14 @@ fn merge_small(spans: Vec<Span>, px: i64) -> Vec<Span> {
             if small && last.kind == s.kind && s.start_ns - end < px {
                 last.merged += 1;
                 last.dur_ns = (s.start_ns + s.dur_ns).max(end) - last.start_ns;
-                last.name = format!("{} {}", last.merged, plural(s.kind));
                 continue;
             }
         }
         out.push(s);
+    }
+    // A merged span is named for its count, once it is known.
+    for s in out.iter_mut().filter(|s| s.merged > 1) {
+        s.name = format!("{} {}", s.merged, plural(s.kind));
     }
     if out.len() > MAX_SPANS {
         out.sort_by_key(|s| std::cmp::Reverse(s.dur_ns));

@@ -22,9 +22,9 @@ const SYNC_SKEW_NS: i64 = 20_000;
 /// start of the first of `busy` (merged intervals) that ends after `end` +
 /// [`SYNC_SKEW_NS`], no earlier than `end`; `None` if none does.
 fn next_busy_after_sync(busy: &[(i64, i64)], end: i64) -> Option<i64> {
-    busy.iter()
-        .find(|&&(_, b)| b > end + SYNC_SKEW_NS)
-        .map(|&(a, _)| a.max(end))
+    // Merged intervals are sorted by end too: a binary search, not a scan.
+    let i = busy.partition_point(|&(_, b)| b <= end + SYNC_SKEW_NS);
+    busy.get(i).map(|&(a, _)| a.max(end))
 }
 
 /// How long the GPU sat idle, by cause (ns).
@@ -278,10 +278,14 @@ pub fn timeline(p: &Profile) -> Timeline {
                 .steps
                 .get(si + 1)
                 .map_or(s.cpu_end_ns, |n| n.host_start_ns);
-            for &ri in &syncs {
+            // The syncs starting in the step's host range (`syncs` is in runtime order,
+            // sorted by start): found by binary search, not by a scan of every sync of
+            // the trace for every step.
+            let from = syncs.partition_point(|&ri| p.runtime[ri as usize].ts_ns < s.host_start_ns);
+            for &ri in &syncs[from..] {
                 let r = &p.runtime[ri as usize];
-                if r.ts_ns < s.host_start_ns || r.ts_ns >= host_end {
-                    continue;
+                if r.ts_ns >= host_end {
+                    break;
                 }
                 let end = r.end_ns();
                 let next = next_busy_after_sync(&busy, end);

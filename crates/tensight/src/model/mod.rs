@@ -713,7 +713,7 @@ impl Profile {
         if self.meta.devices.is_empty() {
             return None;
         }
-        let mut busy: std::collections::HashMap<i64, i64> = Default::default();
+        let mut busy: rustc_hash::FxHashMap<i64, i64> = Default::default();
         for g in &self.gpu {
             *busy.entry(g.device).or_default() += g.dur_ns;
         }
@@ -771,6 +771,20 @@ impl Profile {
         }
         None
     }
+}
+
+/// [`is_user_frame`] of each frame, each distinct name tested once: the reader interns
+/// names, so frames of one name share its allocation (the key; an equal name in
+/// another allocation is only tested again).
+pub fn user_frames(frames: &[PyFrame]) -> Vec<bool> {
+    let mut seen: rustc_hash::FxHashMap<(usize, usize), bool> = Default::default();
+    frames
+        .iter()
+        .map(|f| {
+            let key = (f.name.as_ptr() as usize, f.name.len());
+            *seen.entry(key).or_insert_with(|| is_user_frame(&f.name))
+        })
+        .collect()
 }
 
 /// True for a Python frame in the user's code rather than in torch or the interpreter.

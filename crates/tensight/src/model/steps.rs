@@ -19,7 +19,8 @@
 //! in a GPU-bound loop (the host queues iterations long before the GPU runs them) each
 //! step holds the GPU work its host range launched and lasts the iteration period.
 
-use super::{is_user_frame, OpKind, Profile, Step, StepSource};
+use super::{user_frames, OpKind, Profile, Step, StepSource};
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 /// Something that repeats and may be the loop body: a Python frame under one parent,
@@ -329,11 +330,9 @@ fn repeating_frame(p: &Profile) -> Option<Repeats> {
         ranges: Vec<(i64, i64)>,
         tid: (i64, i64),
     }
-    let mut groups: HashMap<(Option<u32>, &str), Group> = HashMap::new();
-    for f in &p.python_frames {
-        if !is_user_frame(&f.name) {
-            continue;
-        }
+    let mut groups: FxHashMap<(Option<u32>, &str), Group> = FxHashMap::default();
+    let user = user_frames(&p.python_frames);
+    for (f, _) in p.python_frames.iter().zip(&user).filter(|(_, &u)| u) {
         groups
             .entry((f.parent, &f.name))
             .or_insert_with(|| Group {

@@ -11,7 +11,6 @@
 pub mod bundle;
 pub mod execution_trace;
 pub mod kineto;
-mod kineto_event;
 pub mod limits;
 pub mod ncu;
 pub mod ranks;

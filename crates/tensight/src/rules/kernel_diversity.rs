@@ -7,7 +7,7 @@ use super::{
 };
 use crate::analysis::timeline::gpu_range;
 use crate::model::{OpKind, Profile};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -77,7 +77,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let mut one_off: BTreeMap<String, (u64, Option<u32>)> = BTreeMap::new();
     for s in &p.steps {
         let (lo, hi) = gpu_range(p, s);
-        let mut names: HashMap<&str, (u64, Option<u32>)> = HashMap::new();
+        let mut names: rustc_hash::FxHashMap<&str, (u64, Option<u32>)> = Default::default();
         for g in p.gpu[lo..hi].iter().filter(|g| g.is_kernel()) {
             let e = names.entry(&g.name).or_insert((0, g.op));
             e.0 += 1;

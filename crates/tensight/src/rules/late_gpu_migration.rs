@@ -114,11 +114,13 @@ fn check(ctx: &Context) -> Vec<Finding> {
             unsynced: list
                 .iter()
                 .flat_map(|m| {
+                    // The syncs starting during the copy op (runtime calls are sorted by
+                    // start).
                     let c = &p.ops[m.copy as usize];
-                    (0..p.runtime.len() as u32).filter(move |&r| {
-                        let x = &p.runtime[r as usize];
-                        x.kind == RuntimeKind::Sync && x.ts_ns >= c.ts_ns && x.ts_ns < c.end_ns()
-                    })
+                    let lo = p.runtime.partition_point(|x| x.ts_ns < c.ts_ns);
+                    let hi = p.runtime.partition_point(|x| x.ts_ns < c.end_ns()).max(lo);
+                    (lo as u32..hi as u32)
+                        .filter(move |&r| p.runtime[r as usize].kind == RuntimeKind::Sync)
                 })
                 .collect(),
             host_cuts: list

@@ -13,7 +13,7 @@
 //! caller parses the event with serde, which decides. So behaviour is serde's; only
 //! the common case is faster (no visitor machinery, SIMD string scanning).
 
-use super::kineto::{Id, Micros, Num, NumVisitor, RawArgs, RawEvent};
+use super::raw::{plain_us_to_ns, Id, Micros, Num, NumVisitor, RawArgs, RawEvent};
 use super::scan::find_string_special;
 use std::borrow::Cow;
 
@@ -340,7 +340,7 @@ impl<'a> Parser<'a> {
             _ => {
                 let s = self.i;
                 self.skip_number()?;
-                if let Some(ns) = super::kineto::plain_us_to_ns(&self.b[s..self.i]) {
+                if let Some(ns) = plain_us_to_ns(&self.b[s..self.i]) {
                     return Ok(Some(Micros(Some(ns))));
                 }
                 let t = std::str::from_utf8(&self.b[s..self.i]).map_err(|_| Fallback)?;
@@ -634,7 +634,6 @@ mod tests {
     /// and read as i128 (half-up rounding past the third decimal).
     #[test]
     fn plain_micros_are_exact() {
-        use super::super::kineto::plain_us_to_ns;
         fn reference(c: &str) -> Option<i64> {
             let (neg, body) = c.strip_prefix('-').map_or((false, c), |b| (true, b));
             let (int, frac) = body.split_once('.').unwrap_or((body, ""));
@@ -711,9 +710,8 @@ mod tests {
 
 #[cfg(test)]
 mod agree_with_serde {
-    use super::super::kineto::tests::TRACE;
-    use super::super::kineto::RawEvent;
     use super::super::scan;
+    use super::super::tests::TRACE;
     use super::*;
 
     /// Every element of the array starting at `pos`, as (start, end).
