@@ -315,6 +315,8 @@ HOLDOUT_SETS = [
     ("holdout_b", "B", "b4703ca", "the changes of session 12, B recorded with it",
      "tuned on since session 13: its failures drove the G001 and DataLoader-prefetch changes"),
     ("holdout_c", "C", "f6e4195", "the changes of session 13, C recorded with it",
+     "tuned on since session 14: its lit_autoencoder drove L001's allocator, copy and sync holes"),
+    ("holdout_d", "D", "c179813", "the changes of session 14, D recorded with it",
      "not tuned on"),
 ]
 

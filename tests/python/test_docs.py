@@ -48,7 +48,10 @@ _HOLDOUT_SENTENCES = [
                 r"changes: (\d+)/\d+ and (\d+)/\d+\)", _RUN),
     ("holdout_b", r"changes without tuning on it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+\)", _RUN),
-    ("holdout_c", r"none of which looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+    ("holdout_c", r"tuned on since\): (\d+)/(\d+)\s+primaries and (\d+)/\d+\s+"
+                  r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
+                  r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
+    ("holdout_d", r"none of which looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
                   r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
 ]
