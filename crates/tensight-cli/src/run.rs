@@ -281,13 +281,7 @@ fn report_ranks(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32> 
         Format::Json => json,
         Format::Html => html,
         Format::Text | Format::Perfetto => {
-            let color = use_color(ColorChoice::Auto);
-            let width = r.width.unwrap_or_else(crate::default_width);
-            if color || width != 80 {
-                report::terminal::render_ranks(&report, RenderOptions { color, width })
-            } else {
-                text
-            }
+            terminal_text(r, text, |o| report::terminal::render_ranks(&report, o))
         }
     };
     write_stdout(&shown)?;
@@ -297,6 +291,18 @@ fn report_ranks(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32> 
         dir.join("report.txt").display()
     );
     Ok(code)
+}
+
+/// The text report for the terminal: `text` (the 80-column, colourless one written into
+/// the bundle) unless colour or another width is asked for, then `render` with those.
+fn terminal_text(r: &RecordArgs, text: String, render: impl Fn(RenderOptions) -> String) -> String {
+    let color = use_color(ColorChoice::Auto);
+    let width = r.width.unwrap_or_else(crate::default_width);
+    if color || width != 80 {
+        render(RenderOptions { color, width })
+    } else {
+        text
+    }
 }
 
 /// A bundle's reports (text at 80 columns, JSON, HTML) written into it; returned too.
@@ -363,15 +369,7 @@ fn report_bundle(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32>
     let shown = match r.format {
         Format::Json => json,
         Format::Html => html,
-        Format::Text => {
-            let color = use_color(ColorChoice::Auto);
-            let width = r.width.unwrap_or_else(crate::default_width);
-            if color || width != 80 {
-                report::terminal::render(&report, RenderOptions { color, width })
-            } else {
-                text
-            }
-        }
+        Format::Text => terminal_text(r, text, |o| report::terminal::render(&report, o)),
         Format::Perfetto => {
             // The annotated trace goes beside the reports; stdout gets the text report.
             let annotated = dir.join("annotated.json");
