@@ -193,8 +193,8 @@ fn record(r: &RecordArgs, stop: bool, command: Vec<OsString>) -> tensight::Resul
 }
 
 /// A distributed job's report: each rank's end in a line, where the ranks' steps do
-/// not line up, then rank 0's report (the lowest rank that recorded) and the command
-/// for the cross-rank analysis. The exit code is the command's.
+/// not line up, then the cross-rank report (one rank's own report when only one
+/// recorded). The exit code is the command's.
 fn report_job(r: &RecordArgs, rec: &Recorded, job: &ranks::Job) -> tensight::Result<i32> {
     let m = &job.manifest;
     for e in &m.ranks {
@@ -227,18 +227,18 @@ fn report_job(r: &RecordArgs, rec: &Recorded, job: &ranks::Job) -> tensight::Res
         );
         return Ok(code);
     }
-    for (_, d) in &job.recorded {
-        // Each rank's own reports into its folder (no output: the job's report follows).
-        if let Ok(report) = tensight::analyze_path(d) {
-            write_reports(d, &report);
-        }
-    }
-    report_ranks(r, &rec.dir, rec.exit_code)
+    report_ranks(r, &rec.dir, &job.recorded, rec.exit_code)
 }
 
-/// The cross-rank analysis of a recorded job: its reports beside the job's manifest, the
-/// report on stdout. Returns `code` (2 instead of 0 when it could not be analysed).
-fn report_ranks(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32> {
+/// The cross-rank analysis of a recorded job: its reports beside the job's manifest,
+/// each rank's own reports into its folder (`recorded`: rank, folder), the job's report
+/// on stdout. Returns `code` (2 instead of 0 when it could not be analysed).
+fn report_ranks(
+    r: &RecordArgs,
+    dir: &Path,
+    recorded: &[(u64, PathBuf)],
+    code: i32,
+) -> tensight::Result<i32> {
     let analysed = tensight::read::ranks::discover(dir).and_then(|set| match set {
         Some(set) => tensight::analyze_ranks(&set, &dir.display().to_string()),
         None => Err(Error::new(format!(
@@ -254,11 +254,24 @@ fn report_ranks(r: &RecordArgs, dir: &Path, code: i32) -> tensight::Result<i32> 
                 "tensight: job bundle {} (no cross-rank report)",
                 dir.display()
             );
+            // Each rank's own reports still, as far as its bundle allows.
+            for (_, d) in recorded {
+                if let Ok(report) = tensight::analyze_path(d) {
+                    write_reports(d, &report);
+                }
+            }
             return Ok(if code != 0 { code } else { 2 });
         }
     };
     for w in &report.warnings {
         eprintln!("warning: {w}");
+    }
+    // Each rank's own reports into its folder, from the reports the analysis made
+    // (`per_rank` is aligned with `summaries`).
+    for (s, rep) in report.summaries.iter().zip(&report.per_rank) {
+        if let Some((_, d)) = recorded.iter().find(|(k, _)| *k == u64::from(s.rank)) {
+            write_reports(d, rep);
+        }
     }
     let text = report::terminal::render_ranks(
         &report,

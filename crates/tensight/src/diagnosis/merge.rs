@@ -57,16 +57,17 @@ fn cause(f: &Finding) -> Option<(&'static str, String)> {
 
 /// One finding for the instances of one cause.
 fn merged(ctx: &Context, mut group: Vec<Finding>) -> Finding {
-    if group.len() == 1 || group.iter().any(|f| f.after.is_some()) {
-        // A finding measured on top of another's change is kept apart: its saving is
-        // not additive with its siblings'.
-        if group.len() > 1 {
-            return keep_largest_with_count(ctx, group, None);
-        }
+    if group.len() == 1 {
         return group.remove(0);
     }
-    let changes: Option<Vec<&Change>> = group.iter().map(|f| f.change.as_ref()).collect();
-    let change = changes.map(|cs| cs.iter().skip(1).fold(cs[0].clone(), |acc, c| acc.and(c)));
+    // Replayed together when every instance has a change; a finding measured on top of
+    // another's change (`after`) is not additive with its siblings', so not replayed.
+    let change = if group.iter().any(|f| f.after.is_some()) {
+        None
+    } else {
+        let changes: Option<Vec<&Change>> = group.iter().map(|f| f.change.as_ref()).collect();
+        changes.map(|cs| cs.iter().skip(1).fold(cs[0].clone(), |acc, c| acc.and(c)))
+    };
     keep_largest_with_count(ctx, group, change)
 }
 
