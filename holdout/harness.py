@@ -68,12 +68,20 @@ def own_ms(name: str, fixes: list[str]) -> float | None:
     return None
 
 
-def record_one(name: str, out: Path, runs: list[str]) -> dict[str, Any]:
-    t0 = time.monotonic()
+def own_times(name: str) -> dict[str, Any]:
+    """The program's own times: unfixed, `--fixed` and each `--fix NAME` alone."""
     problems = EXPECTED[name] or {}
     fixes = [f for f in problems if f != "all"]
     rec: dict[str, Any] = {"unfixed_ms": own_ms(name, []), "fixed_ms": own_ms(name, ["all"])}
     rec["fix_ms"] = {f: own_ms(name, [f]) for f in fixes}
+    return rec
+
+
+def record_one(name: str, out: Path, runs: list[str], timed: dict[str, Any] | None) -> dict[str, Any]:
+    """Time `name` (or keep the `timed` figures of an earlier call) and record it."""
+    t0 = time.monotonic()
+    rec: dict[str, Any] = own_times(name) if timed is None else {
+        k: timed[k] for k in ("unfixed_ms", "fixed_ms", "fix_ms") if k in timed}
     d = out / name
     d.mkdir(parents=True, exist_ok=True)
     for run in runs:
@@ -97,8 +105,12 @@ def record_one(name: str, out: Path, runs: list[str]) -> dict[str, Any]:
     return rec
 
 
-def record(names: list[str], out: Path, skip_done: bool, runs: list[str]) -> None:
+def record(names: list[str], out: Path, skip_done: bool, runs: list[str],
+           keep: Path | None = None) -> None:
+    """Record `names` into `out`; with `keep` (an earlier timings.json), its programs'
+    own times are kept and only the recordings are made again (lost recordings)."""
     out.mkdir(parents=True, exist_ok=True)
+    kept = json.loads(keep.read_text()).get("programs", {}) if keep else {}
     path = out / "timings.json"
     doc: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     doc["context"] = gpu_context() | {"iters": ITERS, "record": RECORD}
@@ -106,8 +118,9 @@ def record(names: list[str], out: Path, skip_done: bool, runs: list[str]) -> Non
     for n in names:
         if skip_done and n in doc["programs"]:
             continue
-        log(f"{n}: timing, 2 tensight runs, a plain trace")
-        doc["programs"][n] = record_one(n, out, runs)
+        what = "kept times" if n in kept else "timing"
+        log(f"{n}: {what}, {len(runs)} tensight run(s), a plain trace")
+        doc["programs"][n] = record_one(n, out, runs, kept.get(n))
         path.write_text(json.dumps(doc, indent=2) + "\n")
         log(f"{n}: {doc['programs'][n]}")
 
@@ -221,6 +234,9 @@ def main() -> int:
                    help="record: no table (tabulate later, off the GPU machine)")
     p.add_argument("--runs", type=int, choices=(1, 2), default=2,
                    help="record: tensight run recordings per program (2: is the primary stable?)")
+    p.add_argument("--keep-timings", type=Path, default=None, metavar="TIMINGS_JSON",
+                   help="record: keep the own times in this earlier timings.json and only "
+                        "record again (recordings lost, times still valid)")
     a = p.parse_args()
     global SET, EXPECTED
     if not (a.set / "EXPECTED.json").is_file():
@@ -232,7 +248,10 @@ def main() -> int:
     if (a.out is None) == (a.src is None):
         p.error("give --out DIR (record, then tabulate) or --from DIR (tabulate what was recorded)")
     if a.out is not None:
-        record(a.only or list(EXPECTED), a.out, a.skip_done, ["run1", "run2"][:a.runs])
+        if a.keep_timings is not None and not a.keep_timings.is_file():
+            p.error(f"--keep-timings {a.keep_timings}: no such file")
+        record(a.only or list(EXPECTED), a.out, a.skip_done, ["run1", "run2"][:a.runs],
+               a.keep_timings)
         if a.record_only:
             return 0
     src = a.out or a.src

@@ -6,6 +6,8 @@
 #   bash scripts/h200/holdout.sh [PROGRAM...]     # default: every program
 #   RUNS=1 bash scripts/h200/holdout.sh            # one `tensight run` each (less time)
 #   SET=holdout_b bash scripts/h200/holdout.sh     # another set (its folder)
+#   KEEP=1 SET=holdout_d bash scripts/h200/holdout.sh  # record again, keeping the set's
+#                                                     # committed timings.json (no timing)
 #
 # Carry only .holdout/timings.json (what earlier calls recorded): the programs in it are
 # skipped, and $OUT/holdout.tgz holds only what this call recorded (the 16 MiB a file
@@ -22,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 R=/tmp/holdout; rm -rf "$R"; mkdir -p "$R"
 [ -f .holdout/timings.json ] && cp .holdout/timings.json "$R/"   # what earlier calls recorded
 timeout $((BUDGET_S - 20)) python3 holdout/harness.py --out "$R" --skip-done --record-only --runs "${RUNS:-2}" \
-  --set "${SET:-holdout}" \
+  --set "${SET:-holdout}" ${KEEP:+--keep-timings "${SET:-holdout}/timings.json"} \
   ${1:+--only "$@"}
 find "$R" -name 'plain_et.json' -exec gzip -f {} \;
 tar czf "$OUT/holdout.tgz" -C /tmp holdout
