@@ -141,7 +141,7 @@ def merge(summaries: Sequence[str | os.PathLike[str]], *, fmt: str = "json",
           force: bool = False) -> int:
     """``tensight merge SUMMARIES… --format FMT [-o OUTPUT]`` in this process (the report
     on stdout without `output`); its exit code."""
-    argv = ["tensight", "merge", *map(os.fspath, summaries), "--format", fmt]
+    argv = ["tensight", "merge", *(os.fspath(s) for s in summaries), "--format", fmt]
     if output is not None:
         argv += ["--output", os.fspath(output)]
     if width is not None:
@@ -158,8 +158,13 @@ def connect(address: str | None = None) -> bool:
     ray = _import_ray()
     if ray.is_initialized():
         return False
-    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
-             log_to_driver=False)
+    try:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+                 log_to_driver=False)
+    except ConnectionError as e:
+        raise DistributedError(f"failed to connect to the Ray cluster: {e}",
+                               "check --address (what `ray start --head` printed) or "
+                               "RAY_ADDRESS; leave both out for a local Ray") from None
     return True
 
 
