@@ -71,7 +71,10 @@ def rank_inputs(paths: Sequence[str | os.PathLike[str]]) -> list[RankInput]:
     (a trace, a bundle) is one rank."""
     out: list[RankInput] = []
     for p in paths:
-        found = _native.rank_inputs(os.fspath(p))
+        try:
+            found = _native.rank_inputs(os.fspath(p))
+        except ValueError as e:
+            raise DistributedError(str(e), getattr(e, "hint", None)) from None
         if found is None:
             out.append(RankInput(None, os.path.abspath(p)))
         else:
@@ -133,6 +136,12 @@ def summarize_on_ray(inputs: Sequence[RankInput], summaries_dir: str | os.PathLi
                 os.replace(result.summary, target)
             made[result.rank] = (target, source)
     ranks = sorted(made)
+    if len(ranks) < 2:
+        why = f" ({warnings[0]})" if warnings else ""
+        raise DistributedError(
+            f"failed to merge: {len(ranks)} rank(s) summarized of {len(inputs)} input(s); the "
+            f"cross-rank step needs two or more{why}",
+            "pass a folder of two or more rank traces or rank bundles (one trace: tensight analyze)")
     return Summaries(ranks, [made[r][0] for r in ranks], warnings)
 
 

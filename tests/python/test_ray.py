@@ -130,6 +130,12 @@ def test_a_rank_that_cannot_be_read_is_left_out_with_a_warning(
     assert [p["rank"] for p in json.loads(r.stdout)["ranks"]["per_rank"]] == [0, 1, 2]
 
 
+def test_too_few_ranks_is_one_error(ray_cluster: Any, tmp_path: Path) -> None:
+    r = run("merge", "--ray", "--ray-address", ray_cluster.get_runtime_context().gcs_address,
+            tmp_path / "nothing-here", tmp_path / "nor-here")
+    assert_user_error(r, "failed to merge: 0 rank(s) summarized of 2 input(s)", "nothing-here")
+
+
 def test_without_ray_the_error_says_how_to_install_it(rank_set: Path, tmp_path: Path) -> None:
     """A Python where `import ray` fails: one error line and the pip hint, no traceback."""
     fake = tmp_path / "no-ray" / "ray"
