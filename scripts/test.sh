@@ -22,6 +22,9 @@ echo "== installing test tools (maturin, pytest, mypy; numpy and torch for the c
 "${PIP[@]}" "maturin>=1.5,<2" "pytest>=7" "mypy>=1.8" numpy torch 2>&1 \
     | grep -E "^(Collecting|Downloading|Installing|Successfully)" | cut -c1-100 || true
 "$PY" -c "import torch, pytest, mypy, maturin" || { echo "test tools failed to install" >&2; exit 1; }
+echo "== installing Ray for the scale-out tests (tests/python/test_ray.py; tensight[ray]: ~20 s)"
+"${PIP[@]}" "ray>=2.9" 2>&1 | grep -E "^(Collecting|Downloading|Installing|Successfully)" | cut -c1-100 || true
+"$PY" -c "import ray" || { echo "ray failed to install" >&2; exit 1; }
 echo "== building tensight's wheel (Rust, release: a few minutes; cargo shows its progress)"
 rm -rf target/test-wheel
 "$PY" -m maturin build --release --interpreter "$PY" --out target/test-wheel

@@ -19,3 +19,9 @@ def version() -> str:
 def read_manifest(path: str) -> str:
     """The manifest at `path` as the engine's typed Manifest reads it, as JSON:
     {"manifest": {...}, "unknown": [fields it does not know]}."""
+
+def rank_inputs(path: str) -> tuple[int | None, list[tuple[int | None, str]]] | None:
+    """The ranks of a multi-rank folder as `tensight analyze DIR` finds them:
+    (world_size, [(rank, path), ...]) (rank None for a trace: its distributedInfo.rank,
+    else its file name, decides), or None when `path` is not one. Raises ValueError for
+    a bad top manifest."""

@@ -105,7 +105,9 @@ enum Command {
     Summarize(ranks::SummarizeArgs),
     /// Compare the ranks of one job from their summaries (`tensight summarize`): the
     /// same cross-rank findings as `tensight analyze DIR`.
-    #[command(after_help = "Example:\n  tensight merge summaries/*.parquet --format json")]
+    #[command(
+        after_help = "Examples:\n  tensight merge summaries/*.parquet --format json\n  tensight merge --ray run-042/                      # summarize each rank on Ray, then merge\n  tensight merge --ray --ray-address auto traces/    # on the cluster `ray start --head` began\n\n--ray needs Ray: pip install 'tensight[ray]'. The same report as `tensight analyze DIR`'s\ncross-rank step (docs/distributed.md)."
+    )]
     Merge(ranks::MergeArgs),
     /// List the rules, or print one rule's documentation (like `ruff rule`).
     Rules {

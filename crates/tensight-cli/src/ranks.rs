@@ -27,9 +27,24 @@ pub struct SummarizeArgs {
 /// Arguments of `tensight merge`.
 #[derive(clap::Args)]
 pub struct MergeArgs {
-    /// Summaries written by `tensight summarize` (one per rank).
-    #[arg(required = true, num_args = 1..)]
+    /// Summaries written by `tensight summarize` (one per rank). With --ray: the ranks'
+    /// traces or bundles, or a folder of them (as `tensight analyze DIR` reads).
+    #[arg(required = true, num_args = 1.., value_name = "SUMMARIES")]
     summaries: Vec<PathBuf>,
+    /// Summarize every rank in a Ray task first (`tensight summarize`, one task per
+    /// rank, the summaries carried back by Ray's object store), then merge here. Needs
+    /// Ray: pip install 'tensight[ray]'.
+    #[arg(long)]
+    ray: bool,
+    /// The Ray cluster for --ray (what `ray start --head` prints, e.g. 10.0.0.1:6379;
+    /// `auto` for the one started on this machine). Default: RAY_ADDRESS, else a local
+    /// Ray started for this run. The workers must see the traces at the same paths.
+    #[arg(long, value_name = "ADDR", requires = "ray")]
+    ray_address: Option<String>,
+    /// With --ray: a folder the workers write the summaries into (a filesystem every
+    /// node mounts at the same path) instead of the object store; they are kept there.
+    #[arg(long, value_name = "DIR", requires = "ray")]
+    summaries_dir: Option<PathBuf>,
     /// Output format.
     #[arg(long, short = 'f', value_enum, default_value_t = MergeFormat::Text)]
     format: MergeFormat,
@@ -97,6 +112,9 @@ pub fn summarize(args: SummarizeArgs) -> tensight::Result<i32> {
 
 /// `tensight merge`.
 pub fn merge(args: MergeArgs) -> tensight::Result<i32> {
+    if args.ray {
+        return merge_on_ray(args);
+    }
     let mut summaries = Vec::with_capacity(args.summaries.len());
     for p in &args.summaries {
         summaries.push(tensight::summary::read_file(p)?);
@@ -121,6 +139,51 @@ pub fn merge(args: MergeArgs) -> tensight::Result<i32> {
         ),
     };
     write(&text, args.output.as_deref(), &args.summaries, args.force)
+}
+
+/// `tensight merge --ray`: `$TENSIGHT_PYTHON -m tensight.distributed …` (Ray is a
+/// Python library; that module maps `summarize` over Ray tasks and runs this `merge`).
+fn merge_on_ray(args: MergeArgs) -> tensight::Result<i32> {
+    let python = std::env::var_os("TENSIGHT_PYTHON")
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| {
+            tensight::Error::new(
+                "`tensight merge --ray` needs the Python package: pip install 'tensight[ray]'",
+            )
+            .with_hint(
+                "run the `tensight` command that pip installs (from a clone: pip install '.[ray]'); the bare Rust binary cannot start Ray",
+            )
+        })?;
+    let mut cmd = std::process::Command::new(&python);
+    cmd.args(["-m", "tensight.distributed"]);
+    if let Some(a) = &args.ray_address {
+        cmd.arg("--address").arg(a);
+    }
+    if let Some(d) = &args.summaries_dir {
+        cmd.arg("--summaries-dir").arg(d);
+    }
+    let format = match args.format {
+        MergeFormat::Text => "text",
+        MergeFormat::Json => "json",
+    };
+    cmd.args(["--format", format]);
+    if let Some(o) = &args.output {
+        cmd.arg("--output").arg(o);
+    }
+    if let Some(w) = args.width {
+        cmd.arg("--width").arg(w.to_string());
+    }
+    if args.force {
+        cmd.arg("--force");
+    }
+    cmd.arg("--").args(&args.summaries);
+    let status = cmd.status().map_err(|e| {
+        tensight::Error::new(format!(
+            "failed to start {} -m tensight.distributed: {e}",
+            tensight::text::shown(&python.to_string_lossy())
+        ))
+    })?;
+    Ok(status.code().unwrap_or(2))
 }
 
 /// `tensight analyze DIR` over a multi-rank folder: text, JSON or HTML.

@@ -5,7 +5,8 @@
 //! return the JSON report (schema in the engine's `report::json` module) as a string,
 //! which `tensight.analyze()` turns into a dict; `report_text(path)` returns the text
 //! report without colour (`p.report()`); `choose_loop(candidates)` is the engine's step
-//! loop choice for the collector's live loop watch. `path` may be a trace file, a folder holding
+//! loop choice for the collector's live loop watch; `rank_inputs(path)` lists the ranks
+//! of a multi-rank folder for `tensight.distributed`. `path` may be a trace file, a folder holding
 //! one, or a bundle folder. No logic lives here.
 
 use pyo3::exceptions::PyValueError;
@@ -95,6 +96,29 @@ fn read_manifest(py: Python<'_>, path: String) -> PyResult<String> {
     Ok(serde_json::json!({"manifest": m, "unknown": unknown}).to_string())
 }
 
+/// The ranks of a multi-rank folder, as `tensight analyze DIR` finds them:
+/// `(world_size, [(rank, path), ...])` (`rank` None for a trace: its
+/// `distributedInfo.rank`, else its file name, decides), or None when `path` is not
+/// one (a trace, a bundle, a folder holding one trace). `tensight.distributed` maps
+/// `tensight summarize` over these on Ray. Raises ValueError for a bad top manifest.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn rank_inputs(
+    py: Python<'_>,
+    path: String,
+) -> PyResult<Option<(Option<u32>, Vec<(Option<u32>, String)>)>> {
+    let set = tensight::read::ranks::discover(std::path::Path::new(&path))
+        .map_err(|e| value_error(py, e))?;
+    Ok(set.map(|s| {
+        let inputs = s
+            .inputs
+            .into_iter()
+            .map(|i| (i.rank, i.path.to_string_lossy().into_owned()))
+            .collect();
+        (s.world_size, inputs)
+    }))
+}
+
 /// The engine's version.
 #[pyfunction]
 fn version() -> &'static str {
@@ -109,5 +133,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(choose_loop, m)?)?;
     m.add_function(wrap_pyfunction!(read_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(rank_inputs, m)?)?;
     Ok(())
 }
