@@ -397,12 +397,21 @@ fn made_by_tensight(p: &Profile, runtime: u32) -> bool {
     if (frames[last].pid, frames[last].tid) != (r.pid, r.tid) {
         return false;
     }
+    // The innermost enclosing frame of tensight's package or of the user's code
+    // decides: the collector's own frames stay open (as the profiler saw them when it
+    // started from a step hook) around the whole detail step, and so around every
+    // sync the user's code makes in it.
     let mut cur = Some(last as u32);
     let mut hops = 0;
     while let Some(i) = cur {
         let f = &frames[i as usize];
-        if f.ts_ns <= r.ts_ns && r.ts_ns < f.end_ns() && f.name.contains("tensight/collect.py") {
-            return true;
+        if f.ts_ns <= r.ts_ns && r.ts_ns < f.end_ns() {
+            if f.name.contains("tensight/") {
+                return true;
+            }
+            if crate::model::is_user_frame(&f.name) {
+                return false;
+            }
         }
         cur = f.parent;
         hops += 1;

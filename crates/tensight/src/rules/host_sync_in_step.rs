@@ -304,6 +304,25 @@ mod tests {
         assert!((f.saving_ms - 2.92).abs() < 0.05, "saving {}", f.saving_ms);
     }
 
+    /// `tensight run` starts the profiler from a step hook: the collector's frames were
+    /// on the stack then, and the profiler shows them open around the whole window.
+    /// The user's syncs under them are still the user's; the collector's own are not.
+    #[test]
+    fn collector_frames_around_the_window_hide_no_user_sync() {
+        let mut b = trace(true);
+        b.frame("tensight/collect.py(475): _start_detail", 0.0, 30_000.0);
+        for s in 0..3 {
+            b.frame("train.py(12): step", 10_000.0 * s as f64 + 50.0, 9_000.0);
+        }
+        let r = b.report();
+        assert!((finding(&r, "S001").saving_ms - 2.92).abs() < 0.05);
+        // A sync only under the collector's frames (its drain at the window's edge).
+        let mut b = trace(false);
+        b.frame("tensight/collect.py(500): _drain", 0.0, 30_000.0);
+        b.runtime("cudaStreamSynchronize", 9_000.0, 500.0, None);
+        assert!(!codes(&b.report()).contains(&"S001"));
+    }
+
     #[test]
     fn silent_without_syncs() {
         assert!(!codes(&trace(false).report()).contains(&"S001"));
