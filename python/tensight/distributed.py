@@ -150,6 +150,13 @@ def merge(summaries: Sequence[str | os.PathLike[str]], *, fmt: str = "json",
           force: bool = False) -> int:
     """``tensight merge SUMMARIES… --format FMT [-o OUTPUT]`` in this process (the report
     on stdout without `output`); its exit code."""
+    return _native.main(_merge_argv(summaries, fmt, output, width, force))
+
+
+def _merge_argv(summaries: Sequence[str | os.PathLike[str]], fmt: str,
+                output: str | os.PathLike[str] | None, width: int | None = None,
+                force: bool = False) -> list[str]:
+    """The engine's argv for ``tensight merge`` with these options."""
     argv = ["tensight", "merge", *(os.fspath(s) for s in summaries), "--format", fmt]
     if output is not None:
         argv += ["--output", os.fspath(output)]
@@ -157,7 +164,7 @@ def merge(summaries: Sequence[str | os.PathLike[str]], *, fmt: str = "json",
         argv += ["--width", str(width)]
     if force:
         argv.append("--force")
-    return _native.main(argv)
+    return argv
 
 
 def connect(address: str | None = None) -> bool:
@@ -188,6 +195,26 @@ def analyze_ranks_on_ray(paths: Sequence[str | os.PathLike[str]],
     are dropped after the merge. Uses the Ray already initialised, else `connect(address)`
     (and shuts that down after). Raises DistributedError (with ``hint``) for bad input
     and when Ray is not installed."""
+    with _on_ray(paths, summaries_dir, address) as made:
+        report_file = Path(tempfile.mkdtemp(prefix="tensight-merge-")) / "report.json"
+        try:
+            code, lines = _run_cli(_merge_argv(made.paths, "json", report_file))
+            if code != 0:
+                raise _cli_error(lines, "failed to merge the summaries")
+            report: dict[str, Any] = json.loads(report_file.read_text())
+        finally:
+            report_file.unlink(missing_ok=True)
+            report_file.parent.rmdir()
+        return report
+
+
+@contextlib.contextmanager
+def _on_ray(paths: Sequence[str | os.PathLike[str]],
+            summaries_dir: str | os.PathLike[str] | None,
+            address: str | None) -> Iterator[Summaries]:
+    """The ranks in `paths` summarized on Ray (`summarize_on_ray`, its warnings printed)
+    for the block: the summaries' temporary folder, and a Ray this call started, end
+    with it."""
     inputs = rank_inputs(paths)
     started = connect(address)
     try:
@@ -195,17 +222,8 @@ def analyze_ranks_on_ray(paths: Sequence[str | os.PathLike[str]],
             made = summarize_on_ray(inputs, folder, shared=summaries_dir is not None)
             for w in made.warnings:
                 print(f"warning: {w}", file=sys.stderr)
-            report_file = Path(tempfile.mkdtemp(prefix="tensight-merge-")) / "report.json"
-            try:
-                code, lines = _run_cli(["tensight", "merge", *map(str, made.paths),
-                                        "--format", "json", "--output", str(report_file)])
-                if code != 0:
-                    raise _cli_error(lines, "failed to merge the summaries")
-                report: dict[str, Any] = json.loads(report_file.read_text())
-            finally:
-                report_file.unlink(missing_ok=True)
-                report_file.parent.rmdir()
-            return report
+            sys.stderr.flush()
+            yield made
     finally:
         if started:
             _import_ray().shutdown()
@@ -247,19 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m tensight.distributed``: exit 0, or 2 with ``error:`` (+ ``hint:``)."""
     args = parse(argv)
     try:
-        inputs = rank_inputs(args.inputs)
-        started = connect(args.address)
-        try:
-            with _folder(args.summaries_dir) as folder:
-                made = summarize_on_ray(inputs, folder, shared=args.summaries_dir is not None)
-                for w in made.warnings:
-                    print(f"warning: {w}", file=sys.stderr)
-                sys.stderr.flush()
-                return merge(made.paths, fmt=args.format, output=args.output,
-                             width=args.width, force=args.force)
-        finally:
-            if started:
-                _import_ray().shutdown()
+        with _on_ray(args.inputs, args.summaries_dir, args.address) as made:
+            return merge(made.paths, fmt=args.format, output=args.output,
+                         width=args.width, force=args.force)
     except DistributedError as e:
         print(f"error: {e}", file=sys.stderr)
         if e.hint:
