@@ -129,7 +129,8 @@ class LoRAModel:
             if merged:
                 y = F.linear(x, self.merged_weight(l, t), self.b[l])
             else:
-                y = F.linear(x, self.W[l], self.b[l]) + self.scale * F.linear(F.linear(x, self.A[l][t]), self.B[l][t])
+                xa = F.linear(x, self.A[l][t])
+                y = torch.addmm(F.linear(x, self.W[l], self.b[l]), xa, self.B[l][t].t(), alpha=self.scale)
             x = F.silu(y) if l < self.layers - 1 else y
         return x
 
@@ -139,8 +140,8 @@ class LoRAModel:
         x = xg
         for l in range(self.layers):
             base = F.linear(x.reshape(T * n, d), self.W[l], self.b[l]).view(T, n, d)
-            delta = torch.bmm(torch.bmm(x, self.A[l].transpose(1, 2)), self.B[l].transpose(1, 2))
-            y = base + self.scale * delta
+            xa = torch.bmm(x, self.A[l].transpose(1, 2))
+            y = torch.baddbmm(base, xa, self.B[l].transpose(1, 2), alpha=self.scale)
             x = F.silu(y) if l < self.layers - 1 else y
         return x
 
