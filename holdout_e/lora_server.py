@@ -184,7 +184,7 @@ def main():
         for i in range(args.iters):
             loop.begin(i)
             # a tick's queue: R requests in arrival order, each tenant with per_tenant of them
-            tenant_of = torch.arange(tenants, device=dev).repeat_interleave(per_tenant)
+            tenant_of = torch.arange(R, device=dev) // per_tenant
             tenant_of = tenant_of[torch.randperm(R, device=dev)]
             order = torch.argsort(tenant_of, stable=True).view(tenants, per_tenant)
             x = torch.randn(R, tok, d, device=dev, dtype=dtype)
