@@ -114,7 +114,7 @@ class Block(nn.Module):
 
 
 def sample_norm(x, norm):
-    """LayerNorm over all of (C, H, W) as one reduction per sample split over the whole GPU."""
+    """LayerNorm over all of (C, H, W), written as a var_mean reduction and an elementwise affine."""
     flat = x.flatten(1)
     var, mean = torch.var_mean(flat, dim=1, correction=0, keepdim=True)
     xhat = (flat - mean) * torch.rsqrt(var + norm.eps)

@@ -196,7 +196,7 @@ def main():
     if cuda:
         B, M, D, L, t_min, t_max = 64, 80, 512, 6, 400, 1536
     else:
-        B, M, D, L, t_min, t_max = 4, 16, 32, 1, 40, 128
+        B, M, D, L, t_min, t_max = 4, 16, 32, 1, 40, 120
     P, S, bucket = 64, 100, t_max // 6
     torch.manual_seed(0)
     model = SpeechModel(M, D, L, P, S).to(dev)
