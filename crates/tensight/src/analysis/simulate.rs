@@ -20,7 +20,7 @@
 //! What it does not model: a launch blocking on a full queue, the CPU threads' effect on
 //! each other beyond the one host clock, other ranks (a collective's wait is kept).
 
-use crate::model::{GpuActivity, Profile, RuntimeKind};
+use crate::model::{GpuActivity, Profile};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A wait longer than this that neither the launch nor the stream explains is taken as a
@@ -152,10 +152,14 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         .runtime
         .iter()
         .enumerate()
-        .filter(|(_, r)| r.kind == RuntimeKind::Sync && r.dur_ns > 0)
-        .filter(|(_, r)| r.ts_ns >= first.start_ns && r.ts_ns < last.end_ns)
+        .filter(|&(i, r)| {
+            r.ts_ns >= first.start_ns && r.ts_ns < last.end_ns && p.blocks_host(i as u32)
+        })
         .map(|(i, r)| (r.ts_ns, r.end_ns(), change.unsynced.contains(&(i as u32))))
         .collect();
+    // A sync inside removed host time is removed with it (the copy it waited out, the
+    // `.cpu()` of a round trip, is no longer made).
+    syncs.retain(|&(a, b, _)| !cuts.covers(a, b));
     syncs.sort_unstable_by_key(|s| (s.0, s.1));
     let mut next_sync = 0;
 
@@ -310,6 +314,12 @@ impl Cuts {
         Cuts { iv, points: pts }
     }
 
+    /// Whether `[a, b)` lies inside one removed interval.
+    fn covers(&self, a: i64, b: i64) -> bool {
+        let k = self.iv.partition_point(|x| x.0 <= a);
+        k.checked_sub(1).is_some_and(|i| b <= self.iv[i].1)
+    }
+
     fn before(&self, t: i64) -> i64 {
         let k = self.iv.partition_point(|x| x.0 < t);
         let cut = match k.checked_sub(1).map(|i| self.iv[i]) {
@@ -369,6 +379,7 @@ fn launch_ns(p: &Profile, g: &GpuActivity) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::RuntimeKind;
     use crate::testing::TraceBuilder;
 
     #[test]

@@ -707,7 +707,49 @@ impl ImportCounters {
     }
 }
 
+/// A copy whose stream was still busy this long after its call began waited for that
+/// work (ns).
+const COPY_QUEUED_NS: i64 = 10_000;
+/// How many activities back [`Profile::blocks_host`] looks for the one before a copy on
+/// its stream.
+const STREAM_LOOKBACK: usize = 256;
+/// Host/GPU clock tolerance when comparing a call's end with its GPU work's (ns).
+const CLOCK_SKEW_NS: i64 = 5_000;
+
 impl Profile {
+    /// Whether runtime call `i` blocked the host until the GPU had drained its queue: a
+    /// sync (`cudaStreamSynchronize`, …), or a copy the host waited out (a pageable
+    /// `cudaMemcpyAsync`, `cudaMemcpy`): the call returned only after its GPU copy, and
+    /// the copy queued behind earlier work on its stream that ran well past the call's
+    /// start. `.tolist()` or `.cpu()` into pageable memory wait there, not in the short
+    /// stream sync after. A pageable copy into an idle stream is not a sync: its time is
+    /// the staging, not a wait.
+    pub fn blocks_host(&self, i: u32) -> bool {
+        let Some(r) = self.runtime.get(i as usize) else {
+            return false;
+        };
+        match r.kind {
+            RuntimeKind::Sync => r.dur_ns > 0,
+            RuntimeKind::Memcpy => {
+                let Some(gi) = r.gpu.filter(|&g| (g as usize) < self.gpu.len()) else {
+                    return false;
+                };
+                let g = &self.gpu[gi as usize];
+                if g.end_ns() > r.end_ns() + CLOCK_SKEW_NS {
+                    return false;
+                }
+                // The activity before it on its stream (activities are in start order).
+                self.gpu[..gi as usize]
+                    .iter()
+                    .rev()
+                    .take(STREAM_LOOKBACK)
+                    .find(|o| o.device == g.device && o.stream == g.stream)
+                    .is_some_and(|o| o.end_ns() > r.ts_ns + COPY_QUEUED_NS)
+            }
+            _ => false,
+        }
+    }
+
     /// The GPU the run used most (by busy time), from `deviceProperties`.
     pub fn main_device(&self) -> Option<&DeviceProps> {
         if self.meta.devices.is_empty() {

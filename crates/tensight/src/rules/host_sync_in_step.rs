@@ -80,10 +80,13 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let n = ctx.steps();
     let mut out = Vec::new();
     for ((what, source), list) in groups {
-        let idle_ms: f64 = list
-            .iter()
-            .map(|s| s.gpu_idle_after_ns as f64 / 1e6)
-            .sum::<f64>()
+        // A blocking copy and the stream sync right after it are followed by one idle:
+        // count the union of the idle after each, not their sum.
+        let idle_ms = union_ns(list.iter().map(|s| {
+            let end = s.ts_ns + s.dur_ns;
+            (end, end + s.gpu_idle_after_ns)
+        })) as f64
+            / 1e6
             / n;
         let blocked_ms: f64 = list.iter().map(|s| s.dur_ns as f64 / 1e6).sum::<f64>() / n;
         let per_step = list.len() as f64 / n;
@@ -179,6 +182,21 @@ fn describe(p: &Profile, s: &SyncPoint) -> String {
     }
 }
 
+/// Total length of the union of intervals `(start, end)`.
+fn union_ns(iv: impl Iterator<Item = (i64, i64)>) -> i64 {
+    let mut v: Vec<(i64, i64)> = iv.filter(|(a, b)| b > a).collect();
+    v.sort_unstable();
+    let (mut total, mut cursor) = (0, i64::MIN);
+    for (a, b) in v {
+        let a = a.max(cursor);
+        if b > a {
+            total += b - a;
+            cursor = b;
+        }
+    }
+    total
+}
+
 /// Upper-case the first letter (titles start with the description of the sync).
 fn capitalize(s: &str) -> String {
     let mut c = s.chars();
@@ -190,7 +208,7 @@ fn capitalize(s: &str) -> String {
 
 fn preceding_copy_dir(p: &Profile, runtime: u32) -> Option<CopyDir> {
     let r = &p.runtime[runtime as usize];
-    p.runtime[..runtime as usize]
+    p.runtime[..=runtime as usize]
         .iter()
         .rev()
         .take(8)
@@ -321,6 +339,43 @@ mod tests {
         b.frame("tensight/collect.py(500): _drain", 0.0, 30_000.0);
         b.runtime("cudaStreamSynchronize", 9_000.0, 500.0, None);
         assert!(!codes(&b.report()).contains(&"S001"));
+    }
+
+    /// `.tolist()` into pageable memory: the host waits inside the copy call for the
+    /// queued kernel (the copy starts when the kernel ends), then a short stream sync.
+    #[test]
+    fn a_pageable_copy_that_waits_for_the_queue_is_a_sync() {
+        let mut b = trace(false);
+        for s in 0..3 {
+            let t0 = 10_000.0 * s as f64;
+            let to = b.op("aten::to", t0 + 100.0, 2_990.0);
+            let _ = to;
+            let copy = b.op("aten::copy_", t0 + 110.0, 2_970.0);
+            b.memcpy(
+                "DtoH",
+                "Device",
+                "Pageable",
+                copy,
+                t0 + 120.0,
+                2_930.0,
+                t0 + 3_040.0,
+                5.0,
+                4096,
+            );
+            b.runtime("cudaStreamSynchronize", t0 + 3_060.0, 7.0, Some(copy));
+        }
+        let r = b.report();
+        let f = finding(&r, "S001");
+        assert!(f.title.contains("device-to-host copy"), "{}", f.title);
+        assert!((f.saving_ms - 2.92).abs() < 0.1, "saving {}", f.saving_ms);
+        // The idle after the copy and after the sync is one idle, counted once.
+        let idle = f
+            .evidence
+            .iter()
+            .find(|e| e.label.starts_with("GPU idle"))
+            .map(|e| e.value.clone())
+            .unwrap_or_default();
+        assert!(idle.starts_with("1.9") || idle.starts_with("2.0"), "{idle}");
     }
 
     #[test]
