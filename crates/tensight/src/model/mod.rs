@@ -719,7 +719,7 @@ const CLOCK_SKEW_NS: i64 = 5_000;
 impl Profile {
     /// Whether runtime call `i` blocked the host until the GPU had drained its queue: a
     /// sync (`cudaStreamSynchronize`, …), or a copy the host waited out (a pageable
-    /// `cudaMemcpyAsync`, `cudaMemcpy`): the call returned only after its GPU copy, and
+    /// `cudaMemcpyAsync`, or `cudaMemcpy`): the call returned only after its GPU copy, and
     /// the copy queued behind earlier work on its stream that ran well past the call's
     /// start. `.tolist()` or `.cpu()` into pageable memory wait there, not in the short
     /// stream sync after. A pageable copy into an idle stream is not a sync: its time is
@@ -735,7 +735,12 @@ impl Profile {
                     return false;
                 };
                 let g = &self.gpu[gi as usize];
-                if g.end_ns() > r.end_ns() + CLOCK_SKEW_NS {
+                // Only a pageable copy, or the synchronous API, makes the host wait: a
+                // device-to-device or pinned `cudaMemcpyAsync` that happens to finish
+                // inside a slow call did not wait for it.
+                let synchronous = !r.name.contains("Async");
+                if !(g.is_pageable_copy() || synchronous) || g.end_ns() > r.end_ns() + CLOCK_SKEW_NS
+                {
                     return false;
                 }
                 // The activity before it on its stream (activities are in start order).
