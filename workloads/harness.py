@@ -317,6 +317,9 @@ HOLDOUT_SETS = [
     ("holdout_c", "C", "f6e4195", "the changes of session 13, C recorded with it",
      "tuned on since session 14: its lit_autoencoder drove L001's allocator, copy and sync holes"),
     ("holdout_d", "D", "c179813", "the changes of session 14, D recorded with it",
+     "tuned on since session 15: its decode_server drove S001's collector-frame and "
+     "blocking-copy changes; `after` is the engine of 6be07ee, the recordings were not kept"),
+    ("holdout_e", "E", "6be07ee", "the changes of session 16, E recorded with them",
      "not tuned on"),
 ]
 

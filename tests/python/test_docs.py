@@ -51,8 +51,11 @@ _HOLDOUT_SENTENCES = [
     ("holdout_c", r"tuned on since\): (\d+)/(\d+)\s+primaries and (\d+)/\d+\s+"
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
                   r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
-    ("holdout_d", r"none of which looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
-                  r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+, "
+    ("holdout_d", r"S001\s+changes since\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+                  r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces\s+(\d+)/\d+, "
+                  r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
+    ("holdout_e", r"no\s+change looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+                  r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain\s+traces\s+(\d+)/\d+, "
                   r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
 ]
 
