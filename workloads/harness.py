@@ -320,7 +320,8 @@ HOLDOUT_SETS = [
      "tuned on since session 15: its decode_server drove S001's collector-frame and "
      "blocking-copy changes; `after` is the engine of 6be07ee, the recordings were not kept"),
     ("holdout_e", "E", "6be07ee", "the changes of session 16, E recorded with them",
-     "not tuned on"),
+     "not tuned on but for one change: its particle_pusher showed V001 silent without a "
+     "hardware pass"),
 ]
 
 

@@ -54,9 +54,9 @@ _HOLDOUT_SENTENCES = [
     ("holdout_d", r"S001\s+changes since\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain traces\s+(\d+)/\d+, "
                   r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
-    ("holdout_e", r"no\s+change looked at it\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
+    ("holdout_e", r"without a hardware\s+pass\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain\s+traces\s+(\d+)/\d+, "
-                  r"was (\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
+                  r"was\s+(\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
 ]
 
 

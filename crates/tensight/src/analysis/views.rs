@@ -111,6 +111,40 @@ fn excess_of(o: &OpAccess, bw: Option<Bandwidth>) -> Option<(f64, bool)> {
     Some(((o.gpu_ns as f64 - dense).max(0.0), false))
 }
 
+/// The ops outside `skip` (indices into [`Forest::ops`]: the transposed chains' ops) that
+/// walk an operand across its strides, and what that costs each (as for a chain's ops),
+/// in execution-trace order.
+pub fn strided_ops(
+    f: &Forest,
+    bw: Option<Bandwidth>,
+    skip: &std::collections::HashSet<usize>,
+) -> Vec<ChainOp> {
+    f.ops
+        .iter()
+        .enumerate()
+        .filter(|(oi, o)| !o.natively_strided && !skip.contains(oi))
+        .filter_map(|(oi, o)| {
+            let strided: Vec<u32> = o
+                .accesses
+                .iter()
+                .filter(|a| a.bytes > a.ideal)
+                .map(|a| a.tensor)
+                .collect();
+            if strided.is_empty() {
+                return None;
+            }
+            let (excess_ns, measured) = excess_of(o, bw)?;
+            Some(ChainOp {
+                op: oi,
+                strided,
+                gpu_ns: o.gpu_ns as f64,
+                excess_ns,
+                measured,
+            })
+        })
+        .collect()
+}
+
 /// Transposed views whose layout reaches elementwise ops that mix it with other layouts,
 /// with at least `min_ops` paying ops; largest saving first, no op in two chains.
 pub fn transposed_chains(f: &Forest, bw: Option<Bandwidth>, min_ops: usize) -> Vec<Chain> {

@@ -551,7 +551,7 @@ pub fn find(code_or_name: &str) -> Option<&'static Rule> {
 
 /// Codes of the rules that read Nsight Compute counters: without a hardware pass
 /// they are skipped, and said so, rather than run.
-pub const NEEDS_HARDWARE: [&str; 4] = ["M001", "M002", "M003", "V001"];
+pub const NEEDS_HARDWARE: [&str; 3] = ["M001", "M002", "M003"];
 
 /// Whether rule `meta` reads hardware counters ([`NEEDS_HARDWARE`]).
 pub fn needs_hardware(meta: &RuleMeta) -> bool {
