@@ -123,26 +123,30 @@ pub fn strided_ops(
         .iter()
         .enumerate()
         .filter(|(oi, o)| !o.natively_strided && !skip.contains(oi))
-        .filter_map(|(oi, o)| {
-            let strided: Vec<u32> = o
-                .accesses
-                .iter()
-                .filter(|a| a.bytes > a.ideal)
-                .map(|a| a.tensor)
-                .collect();
-            if strided.is_empty() {
-                return None;
-            }
-            let (excess_ns, measured) = excess_of(o, bw)?;
-            Some(ChainOp {
-                op: oi,
-                strided,
-                gpu_ns: o.gpu_ns as f64,
-                excess_ns,
-                measured,
-            })
-        })
+        .filter_map(|(oi, o)| paying(oi, o, bw))
         .collect()
+}
+
+/// Op `oi` as one that pays for walking operands across their strides; `None` when it
+/// walks none (or nothing can price it).
+fn paying(oi: usize, o: &OpAccess, bw: Option<Bandwidth>) -> Option<ChainOp> {
+    let strided: Vec<u32> = o
+        .accesses
+        .iter()
+        .filter(|a| a.bytes > a.ideal)
+        .map(|a| a.tensor)
+        .collect();
+    if strided.is_empty() {
+        return None;
+    }
+    let (excess_ns, measured) = excess_of(o, bw)?;
+    Some(ChainOp {
+        op: oi,
+        strided,
+        gpu_ns: o.gpu_ns as f64,
+        excess_ns,
+        measured,
+    })
 }
 
 /// Transposed views whose layout reaches elementwise ops that mix it with other layouts,
@@ -166,22 +170,8 @@ pub fn transposed_chains(f: &Forest, bw: Option<Bandwidth>, min_ops: usize) -> V
                 continue;
             }
             reached += 1;
-            let strided: Vec<u32> = o
-                .accesses
-                .iter()
-                .filter(|a| a.bytes > a.ideal)
-                .map(|a| a.tensor)
-                .collect();
-            if !strided.is_empty() {
-                if let Some((excess_ns, measured)) = excess_of(o, bw) {
-                    ops.push(ChainOp {
-                        op: oi,
-                        strided,
-                        gpu_ns: o.gpu_ns as f64,
-                        excess_ns,
-                        measured,
-                    });
-                }
+            if let Some(c) = paying(oi, o, bw) {
+                ops.push(c);
             }
             for a in o.accesses.iter().filter(|a| a.write) {
                 let t = &f.nodes[a.tensor as usize];
