@@ -149,13 +149,11 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
     let cuts = Cuts::new(&change.host_cuts, &change.host_points);
     // Blocking syncs in the window, by start.
     let mut syncs: Vec<(i64, i64, bool)> = p
-        .runtime
+        .blocking_calls()
         .iter()
-        .enumerate()
-        .filter(|&(i, r)| {
-            r.ts_ns >= first.start_ns && r.ts_ns < last.end_ns && p.blocks_host(i as u32)
-        })
-        .map(|(i, r)| (r.ts_ns, r.end_ns(), change.unsynced.contains(&(i as u32))))
+        .map(|&i| (i, &p.runtime[i as usize]))
+        .filter(|(_, r)| r.ts_ns >= first.start_ns && r.ts_ns < last.end_ns)
+        .map(|(i, r)| (r.ts_ns, r.end_ns(), change.unsynced.contains(&i)))
         .collect();
     // A sync inside removed host time is removed with it (the copy it waited out, the
     // `.cpu()` of a round trip, is no longer made).

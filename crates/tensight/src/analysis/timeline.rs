@@ -196,8 +196,11 @@ pub fn timeline(p: &Profile) -> Timeline {
         .filter(|r| r.kind == RuntimeKind::Memcpy)
         .map(|r| (r.ts_ns, r.end_ns()))
         .collect();
-    let syncs: Vec<u32> = (0..p.runtime.len() as u32)
-        .filter(|&i| p.blocks_host(i) && !made_by_tensight(p, i))
+    let syncs: Vec<u32> = p
+        .blocking_calls()
+        .iter()
+        .copied()
+        .filter(|&i| !made_by_tensight(p, i))
         .collect();
     // When the GPU is busy, whole trace: a step's first gap may go on from the last one.
     let all_busy = merge_busy(&p.gpu, i64::MIN, i64::MAX);

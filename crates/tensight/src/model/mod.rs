@@ -41,6 +41,10 @@ pub struct Profile {
     pub python_frames: Vec<PyFrame>,
     /// GPU activities (kernels, memcpys, memsets), sorted by start time.
     pub gpu: Vec<GpuActivity>,
+    /// The runtime calls that blocked the host ([`Profile::blocks_host`]), in runtime
+    /// order: found on first use (the replay asks for every change it replays).
+    #[serde(skip)]
+    pub blocking: std::sync::OnceLock<Vec<u32>>,
     /// GPU-side annotation ranges (`gpu_user_annotation`), sorted by start.
     pub gpu_annotations: Vec<GpuAnnotation>,
     /// GPU-side synchronization records (`cuda_sync` category, newer Kineto).
@@ -753,6 +757,15 @@ impl Profile {
             }
             _ => false,
         }
+    }
+
+    /// Every runtime call that [`Profile::blocks_host`], in runtime order.
+    pub fn blocking_calls(&self) -> &[u32] {
+        self.blocking.get_or_init(|| {
+            (0..self.runtime.len() as u32)
+                .filter(|&i| self.blocks_host(i))
+                .collect()
+        })
     }
 
     /// The GPU the run used most (by busy time), from `deviceProperties`.
