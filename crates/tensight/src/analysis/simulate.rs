@@ -353,7 +353,7 @@ pub(crate) fn subtract_intervals(cuts: Vec<(i64, i64)>, holes: Vec<(i64, i64)>) 
 }
 
 /// Sorted, disjoint union of intervals.
-fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
+pub(crate) fn merge_intervals(mut v: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     v.retain(|&(a, b)| b > a);
     v.sort_unstable();
     let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());

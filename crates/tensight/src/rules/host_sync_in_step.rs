@@ -3,7 +3,7 @@
 //! the host catches up.
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{merge_intervals, Change};
 use crate::analysis::SyncPoint;
 use crate::model::{CopyDir, Profile, RuntimeKind};
 use std::collections::BTreeMap;
@@ -82,12 +82,15 @@ fn check(ctx: &Context) -> Vec<Finding> {
     for ((what, source), list) in groups {
         // A blocking copy and the stream sync right after it are followed by one idle:
         // count the union of the idle after each, not their sum.
-        let idle_ms = union_ns(list.iter().map(|s| {
-            let end = s.ts_ns + s.dur_ns;
-            (end, end + s.gpu_idle_after_ns)
-        })) as f64
-            / 1e6
-            / n;
+        let idle = merge_intervals(
+            list.iter()
+                .map(|s| {
+                    let end = s.ts_ns + s.dur_ns;
+                    (end, end + s.gpu_idle_after_ns)
+                })
+                .collect(),
+        );
+        let idle_ms = idle.iter().map(|(a, b)| b - a).sum::<i64>() as f64 / 1e6 / n;
         let blocked_ms: f64 = list.iter().map(|s| s.dur_ns as f64 / 1e6).sum::<f64>() / n;
         let per_step = list.len() as f64 / n;
         let op = list.iter().find_map(|s| s.op);
@@ -180,21 +183,6 @@ fn describe(p: &Profile, s: &SyncPoint) -> String {
         Some(top) => format!("`{top}`"),
         None => format!("`{}`", r.name),
     }
-}
-
-/// Total length of the union of intervals `(start, end)`.
-fn union_ns(iv: impl Iterator<Item = (i64, i64)>) -> i64 {
-    let mut v: Vec<(i64, i64)> = iv.filter(|(a, b)| b > a).collect();
-    v.sort_unstable();
-    let (mut total, mut cursor) = (0, i64::MIN);
-    for (a, b) in v {
-        let a = a.max(cursor);
-        if b > a {
-            total += b - a;
-            cursor = b;
-        }
-    }
-    total
 }
 
 /// Upper-case the first letter (titles start with the description of the sync).
