@@ -91,8 +91,10 @@ class StepTimer:
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._t0: float | None = None
         self._start_event: torch.cuda.Event | None = None
+        self._starts: list[float] = []
 
     def start(self) -> None:
+        self._starts.append(time.perf_counter())
         if self._cuda:
             self._start_event = torch.cuda.Event(enable_timing=True)
             self._start_event.record()
@@ -126,6 +128,11 @@ class StepTimer:
             return [start.elapsed_time(end) for start, end in self._events]
         return list(self._cpu_ms)
 
+    def period_ms(self) -> list[float]:
+        """Host time from each step's start to the next one's (one fewer than steps): the
+        step with what runs between steps (batch fetch, ``prof.step()``, logging)."""
+        return [(b - a) * 1e3 for a, b in zip(self._starts, self._starts[1:])]
+
 
 def median_step_ms(step_ms: list[float], profiled_steps: list[int]) -> float | None:
     """Median over the steps after the first ``WARMUP_STEPS``, profiled ones left out."""
@@ -134,12 +141,15 @@ def median_step_ms(step_ms: list[float], profiled_steps: list[int]) -> float | N
     return statistics.median(kept) if kept else None
 
 
-def emit_result(program: str, step_ms: list[float], profiled_steps: list[int]) -> None:
-    """Print the ``LOOP_RESULT`` line; call it last, nothing may follow on stderr."""
+def emit_result(program: str, step_ms: list[float], profiled_steps: list[int],
+                period_ms: list[float] | None = None) -> None:
+    """Print the ``LOOP_RESULT`` line; call it last, nothing may follow on stderr.
+    ``period_ms``: start-to-start times of the steps (:meth:`StepTimer.period_ms`)."""
     result = {
         "program": program,
         "iters": len(step_ms),
         "step_ms": [round(ms, 4) for ms in step_ms],
+        "period_ms": [round(ms, 4) for ms in period_ms or []],
         "profiled_steps": list(profiled_steps),
         "median_step_ms": median_step_ms(step_ms, profiled_steps),
     }

@@ -77,7 +77,7 @@ def main() -> None:
         prof.export_chrome_trace(args.trace)
 
     print(f"backend {args.backend} final loss {loss.item():.4f}")
-    emit_result("compiled_step", timer.step_ms(), list(window))
+    emit_result("compiled_step", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

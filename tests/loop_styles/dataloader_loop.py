@@ -124,7 +124,7 @@ def main() -> None:
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(args.trace)
     print(f"train accuracy {correct.item() / (args.iters * batch_size):.3f} with {args.workers} workers")
-    emit_result("dataloader_loop", timer.step_ms(), list(window))
+    emit_result("dataloader_loop", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

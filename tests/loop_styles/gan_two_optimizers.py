@@ -93,7 +93,7 @@ def main() -> None:
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(args.trace)
     print(f"loss D {loss_d.item():.4f} G {loss_g.item():.4f}")
-    emit_result("gan_two_optimizers", timer.step_ms(), list(window))
+    emit_result("gan_two_optimizers", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ def main() -> None:
         pull(args.iters)
 
     print(f"reconstruction loss {losses[0].item():.4f} -> {losses[-1].item():.4f}")
-    emit_result("generator_loop", timer.step_ms(), list(window))
+    emit_result("generator_loop", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

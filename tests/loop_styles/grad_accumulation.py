@@ -83,7 +83,7 @@ def main() -> None:
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(args.trace)
     print(f"mean loss {loss_sum.item() / args.iters:.4f}, final lr {scheduler.get_last_lr()[0]:.2e}")
-    emit_result("grad_accumulation", timer.step_ms(), list(window))
+    emit_result("grad_accumulation", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def main() -> None:
         prof.export_chrome_trace(args.trace)
     counts = torch.bincount(torch.cat(predictions), minlength=4).tolist()
     print(f"predicted class counts {counts}")
-    emit_result("inference_module", timer.step_ms(), list(window))
+    emit_result("inference_module", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

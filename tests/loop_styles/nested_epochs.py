@@ -114,7 +114,7 @@ def main() -> None:
     if prof is not None:
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(args.trace)
-    emit_result("nested_epochs", timer.step_ms(), list(window))
+    emit_result("nested_epochs", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

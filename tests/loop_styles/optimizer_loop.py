@@ -83,7 +83,7 @@ def main() -> None:
         prof.export_chrome_trace(args.trace)
 
     print(f"final loss {loss.item():.4f}")
-    emit_result("optimizer_loop", timer.step_ms(), list(window))
+    emit_result("optimizer_loop", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

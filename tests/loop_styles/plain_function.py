@@ -64,7 +64,7 @@ def main() -> None:
         prof.export_chrome_trace(args.trace)
 
     print(f"checksum {out.double().abs().mean().item():.6f}")
-    emit_result("plain_function", timer.step_ms(), list(window))
+    emit_result("plain_function", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":

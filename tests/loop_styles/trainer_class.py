@@ -105,7 +105,7 @@ def main() -> None:
 
     assert trainer.last_loss is not None
     print(f"step {trainer.global_step}: loss {trainer.last_loss.item():.4f}, lr {trainer.scheduler.get_last_lr()[0]:.2e}")
-    emit_result("trainer_class", trainer.timer.step_ms(), list(window))
+    emit_result("trainer_class", trainer.timer.step_ms(), list(window), trainer.timer.period_ms())
 
 
 if __name__ == "__main__":

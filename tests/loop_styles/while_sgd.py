@@ -74,7 +74,7 @@ def main() -> None:
         Path(args.trace).parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(args.trace)
     print(f"loss first {losses[0].item():.4f} last {losses[-1].item():.4f}")
-    emit_result("while_sgd", timer.step_ms(), list(window))
+    emit_result("while_sgd", timer.step_ms(), list(window), timer.period_ms())
 
 
 if __name__ == "__main__":
