@@ -234,6 +234,12 @@ fn a_summary_pyarrow_rewrote_is_read() {
     );
     assert!(c.bytes.is_some_and(|b| b > 1 << 20));
     assert!(!theirs.top_causes.is_empty());
+    // A summary of version 1.0: the columns of 1.1 are read as null.
+    assert!(theirs
+        .collectives
+        .iter()
+        .all(|c| c.start_ns.is_none() && !c.host));
+    assert!(theirs.steps.iter().all(|s| s.idle_comm_ns == 0));
     let again = tensight::summary::to_parquet(&theirs);
     assert_eq!(
         tensight::summary::from_parquet("ours", &again).expect("ours"),

@@ -58,7 +58,8 @@ pub(crate) fn round_trips(p: &Profile, timeline: &Timeline) -> Vec<RoundTrip> {
     out
 }
 
-/// HtoD/DtoH copies that start in [lo, hi), in time order.
+/// HtoD/DtoH copies that start in [lo, hi), in time order; not the staging copies of a
+/// host-side collective (gloo on GPU tensors), which are its transfer.
 pub(crate) fn step_copies(p: &Profile, timeline: &Timeline, lo: i64, hi: i64) -> Vec<u32> {
     let all = &timeline.gpu_in_steps;
     let from = all.partition_point(|&gi| p.gpu.get(gi as usize).is_some_and(|g| g.ts_ns < lo));
@@ -71,6 +72,7 @@ pub(crate) fn step_copies(p: &Profile, timeline: &Timeline, lo: i64, hi: i64) ->
                 g.ts_ns >= lo
                     && g.ts_ns < hi
                     && matches!(g.copy_dir(), Some(CopyDir::HtoD | CopyDir::DtoH))
+                    && !p.in_host_collective(g)
             })
         })
         .collect()

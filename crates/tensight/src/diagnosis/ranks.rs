@@ -73,6 +73,8 @@ mod tests {
             group_size: Some(2),
             dur_ns,
             exposed_ns: dur_ns,
+            start_ns: None,
+            host: false,
         };
         let durs = if late == 0 { [1, 4] } else { [4, 1] };
         RankSummary {

@@ -45,6 +45,9 @@ pub struct Profile {
     /// order: found on first use (the replay asks for every change it replays).
     #[serde(skip)]
     pub blocking: std::sync::OnceLock<Vec<u32>>,
+    /// The host-side collectives ([`Profile::host_collectives`]): found on first use.
+    #[serde(skip)]
+    pub host_comm: std::sync::OnceLock<Vec<u32>>,
     /// GPU-side annotation ranges (`gpu_user_annotation`), sorted by start.
     pub gpu_annotations: Vec<GpuAnnotation>,
     /// GPU-side synchronization records (`cuda_sync` category, newer Kineto).
@@ -717,6 +720,9 @@ const COPY_QUEUED_NS: i64 = 10_000;
 /// How many activities back [`Profile::blocks_host`] looks for the one before a copy on
 /// its stream.
 const STREAM_LOOKBACK: usize = 256;
+/// How a host-side collective's range is named: `gloo:all_reduce`.
+pub const HOST_COLLECTIVE_PREFIX: &str = "gloo:";
+
 /// Host/GPU clock tolerance when comparing a call's end with its GPU work's (ns).
 const CLOCK_SKEW_NS: i64 = 5_000;
 
@@ -766,6 +772,43 @@ impl Profile {
                 .filter(|&i| self.blocks_host(i))
                 .collect()
         })
+    }
+
+    /// The collectives run on the host: ProcessGroupGloo runs each one on a worker thread
+    /// of the rank's process and records it as a `gloo:all_reduce` (`gloo:broadcast`,
+    /// ...) range there; on GPU tensors it stages them through host copies, so no kernel
+    /// carries it. Indices into `ops`, in start order. (NCCL's `nccl:` ranges are the
+    /// host's enqueue of a kernel, not the collective: not these.)
+    pub fn host_collectives(&self) -> &[u32] {
+        self.host_comm.get_or_init(|| {
+            let mut v: Vec<u32> = (0..self.ops.len() as u32)
+                .filter(|&i| {
+                    let o = &self.ops[i as usize];
+                    o.kind == OpKind::Annotation && o.name.starts_with(HOST_COLLECTIVE_PREFIX)
+                })
+                .collect();
+            v.sort_by_key(|&i| self.ops[i as usize].ts_ns);
+            v
+        })
+    }
+
+    /// Whether GPU activity `g` was launched from inside a host collective on its thread
+    /// (gloo's staging copies of a GPU tensor): part of the collective, not of the step's
+    /// own transfers.
+    pub fn in_host_collective(&self, g: &GpuActivity) -> bool {
+        let Some(r) = g.runtime.and_then(|r| self.runtime.get(r as usize)) else {
+            return false;
+        };
+        let comm = self.host_collectives();
+        let after = comm.partition_point(|&i| self.ops[i as usize].ts_ns <= r.ts_ns);
+        // A thread's ranges do not overlap: the latest one on the call's thread that
+        // started before it is the only one that can hold it.
+        comm[..after]
+            .iter()
+            .rev()
+            .map(|&i| &self.ops[i as usize])
+            .find(|o| o.pid == r.pid && o.tid == r.tid)
+            .is_some_and(|o| r.ts_ns < o.end_ns())
     }
 
     /// The GPU the run used most (by busy time), from `deviceProperties`.

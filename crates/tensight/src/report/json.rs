@@ -166,9 +166,10 @@
 //!     "slowest_excess": [ { "part": "host_gaps"|"compute"|"data_loader"|"sync"
 //!                                   |"transfer",
 //!                           "label": str, "rank_ms", "others_ms": float } ],
-//!     "collectives": { "matched", "unmatched": int,
+//!     "collectives": { "matched", "unmatched", "host": int,   // host: run by gloo
 //!                      "total_ms", "transfer_ms", "wait_ms": float,  // per step, all ranks
 //!                      "top": [ { "name", "group", "dtype": str, "bytes": int|null,
+//!                                 "host": bool,
 //!                                 "per_step", "transfer_ms", "wait_ms": float } ] },
 //!     "warnings": [str] },                     // ranks left out, counts that differ
 //!   "diagnosis": {

@@ -1264,13 +1264,10 @@ fn ranks_table(out: &mut String, r: &super::RanksReport, t: &Term) {
         "",
     ));
     for k in &c.top {
-        let size = k.bytes.map(|b| fmt_bytes(b as f64)).unwrap_or("?".into());
         out.push_str(&wrap(
             &format!(
-                "• {} {size} {} (group {}), {:.1}× per step: {} transfer, {} waiting",
-                k.name,
-                k.dtype,
-                k.group,
+                "• {}, {:.1}× per step: {} transfer, {} waiting",
+                super::collective_label(k),
                 k.per_step,
                 fmt_ms(k.transfer_ms),
                 fmt_ms(k.wait_ms)

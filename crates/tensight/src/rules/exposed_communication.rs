@@ -19,7 +19,10 @@ static META: RuleMeta = RuleMeta {
     needs_gpu: true,
     doc: r#"## What it detects
 Communication kernel time (NCCL/RCCL) during which no compute kernel or copy ran on any
-other stream of the same GPU: exposed communication, per step and rank.
+other stream of the same GPU: exposed communication, per step and rank. A collective
+gloo runs on the host (its `gloo:all_reduce` range on a worker thread; on GPU tensors it
+copies them to the host, reduces there and copies back) counts the same way: the GPU
+computes nothing under it. Collectives in flight together are counted once.
 
 ## Why it costs time
 DDP and FSDP overlap gradient communication with the backward pass: buckets are
@@ -42,13 +45,19 @@ fsdp = FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,
             forward_prefetch=True, limit_all_gathers=True)
 ```
 With gradient accumulation, skip the all-reduce of the intermediate micro-batches
-(`with model.no_sync():`).
+(`with model.no_sync():`). Collectives on the host (gloo) of GPU tensors: use the NCCL
+backend, which reduces on the GPU without the host copies:
+```python
+dist.init_process_group("nccl")              # or "cpu:gloo,cuda:nccl" for both kinds
+```
 
 ## Thresholds
 Reported when the saving is at least 1% of the job's step. The saving is the job step
 model replayed with every rank's exposed transfer hidden (per collective, the smaller
-of its exposed time and its transfer estimate): an upper bound, as the compute needed
-to hide it may not exist.
+of its exposed time and its transfer estimate; per step, no more than the rank's
+exposed communication, counted once where collectives run together, nor than its
+compute time, the most there is to hide it under): an upper bound, as that compute may
+come before the data to send is ready.
 
 ## References
 - PyTorch DDP notes, "Gradient bucketing" and `bucket_cap_mb`.
@@ -88,11 +97,42 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
             format!("{} of {}", fmt_ms(w.exposed_comm_ms), fmt_ms(w.comm_ms)),
         ));
     }
+    let c = &a.collectives;
+    let on_host = if c.host > 0 {
+        evidence.push(ev(
+            "collective instances run on the host (gloo)",
+            format!("{} of {}", c.host, c.matched),
+        ));
+        format!(
+            "; {} of the {} collective instances run on the host (gloo): GPU tensors go \
+             to the host, are reduced by the CPU and come back",
+            c.host, c.matched
+        )
+    } else {
+        String::new()
+    };
+    let mut fixes = Vec::new();
+    if c.host > 0 {
+        fixes.push(
+            "Use the NCCL backend for GPU tensors (`dist.init_process_group(\"nccl\")`, \
+             or \"cpu:gloo,cuda:nccl\"): it reduces on the GPU, with no host copies"
+                .into(),
+        );
+    }
+    fixes.extend([
+        "DDP: smaller gradient buckets (bucket_cap_mb) so all-reduces start during \
+         backward"
+            .into(),
+        "FSDP: backward_prefetch=BACKWARD_PRE and forward_prefetch=True".into(),
+        "Gradient accumulation: `with model.no_sync():` on the intermediate \
+         micro-batches"
+            .into(),
+    ]);
     let draft = Draft {
         title: "Communication is not overlapped with compute".into(),
         message: format!(
             "{} of the {} of communication per step (mean over {} ranks) runs with no \
-             compute under it",
+             compute under it{on_host}",
             fmt_ms(exposed),
             fmt_ms(comm),
             a.ranks.len()
@@ -105,15 +145,7 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
         explanation: "Communication that starts after the compute it could hide under has \
                       finished adds its whole transfer time to the step."
             .into(),
-        fixes: vec![
-            "DDP: smaller gradient buckets (bucket_cap_mb) so all-reduces start during \
-             backward"
-                .into(),
-            "FSDP: backward_prefetch=BACKWARD_PRE and forward_prefetch=True".into(),
-            "Gradient accumulation: `with model.no_sync():` on the intermediate \
-             micro-batches"
-                .into(),
-        ],
+        fixes,
         locations: Vec::new(),
         change: None,
     };

@@ -11,7 +11,8 @@
 //! 2-core development machine (docs/distributed.md has the measurement).
 //!
 //! Parquet schema, version [`SUMMARY_VERSION`] (`MAJOR.MINOR`: a reader refuses another
-//! major; a minor version adds columns). One flat table, one row per record, every
+//! major; a minor version adds columns, which a reader of it takes as null in files of
+//! an earlier minor). One flat table, one row per record, every
 //! column OPTIONAL, PLAIN, uncompressed; a column a record does not use is null:
 //!
 //! ```text
@@ -28,6 +29,9 @@
 //! idle_sync_ns         int64       ●                         GPU idle after host syncs
 //! idle_data_loader_ns  int64       ●                         GPU idle in DataLoader __next__
 //! idle_transfer_ns     int64       ●                         GPU idle in memcpy calls
+//! idle_comm_ns         int64       ●                         GPU idle in host collectives (1.1)
+//! start_ns             int64             ○                   start, from the step's (1.1)
+//! host                 int64             ○                   1: run on the host (gloo) (1.1)
 //! group                utf8              ●                   process group ("?" unknown)
 //! name                 utf8              ●           ●       collective ("allreduce") / rule code
 //! dtype                utf8              ●                   element type ("" unknown)
@@ -45,14 +49,14 @@
 //!
 //! ```text
 //! {
-//!   "tensight_summary": "1.0",              // the version, first key (sniffed)
+//!   "tensight_summary": "1.1",              // the version, first key (sniffed)
 //!   "rank": int, "world_size": int|null, "source": str,
 //!   "steps": [ { "step", "dur_ns", "gpu_busy_ns", "compute_ns", "comm_ns",
 //!                "exposed_comm_ns", "idle_cpu_ns", "idle_sync_ns",
-//!                "idle_data_loader_ns", "idle_transfer_ns": int } ],
+//!                "idle_data_loader_ns", "idle_transfer_ns", "idle_comm_ns": int } ],
 //!   "collectives": [ { "step", "seq": int, "group", "name", "dtype": str,
-//!                      "nelems", "bytes", "group_size": int|null,
-//!                      "dur_ns", "exposed_ns": int } ],
+//!                      "nelems", "bytes", "group_size", "start_ns": int|null,
+//!                      "dur_ns", "exposed_ns": int, "host": bool } ],
 //!   "top_causes": [ { "code", "title": str, "saving_ms": float } ]
 //! }
 //! ```
@@ -155,9 +159,10 @@ pub fn to_parquet(s: &RankSummary) -> Vec<u8> {
             x.idle_sync_ns,
             x.idle_data_loader_ns,
             x.idle_transfer_ns,
+            x.idle_comm_ns,
         ];
-        for (c, v) in t.ints.iter_mut().zip(ints) {
-            c.push(Some(v));
+        for (i, c) in t.ints.iter_mut().enumerate() {
+            c.push(ints.get(i).copied());
         }
         t.fill_collective(None);
         t.fill_cause(None);
@@ -168,6 +173,8 @@ pub fn to_parquet(s: &RankSummary) -> Vec<u8> {
             col.push(match i {
                 0 => Some(c.dur_ns),
                 4 => Some(c.exposed_ns),
+                10 => c.start_ns,
+                11 => Some(c.host as i64),
                 _ => None,
             });
         }
@@ -220,8 +227,8 @@ pub fn to_parquet(s: &RankSummary) -> Vec<u8> {
     parquet::write(&cols, &kv)
 }
 
-/// The step columns' names, in order.
-const INTS: [&str; 9] = [
+/// The int64 columns of steps and collectives, in order (the last three: version 1.1).
+const INTS: [&str; 12] = [
     "dur_ns",
     "gpu_busy_ns",
     "compute_ns",
@@ -231,7 +238,13 @@ const INTS: [&str; 9] = [
     "idle_sync_ns",
     "idle_data_loader_ns",
     "idle_transfer_ns",
+    "idle_comm_ns",
+    "start_ns",
+    "host",
 ];
+
+/// Columns a summary of version 1.0 does not have: read as null.
+const SINCE_1_1: [&str; 3] = ["idle_comm_ns", "start_ns", "host"];
 
 /// The columns under construction.
 #[derive(Default)]
@@ -239,7 +252,7 @@ struct Table {
     record: Vec<Option<String>>,
     step: Vec<Option<i64>>,
     seq: Vec<Option<i64>>,
-    ints: [Vec<Option<i64>>; 9],
+    ints: [Vec<Option<i64>>; 12],
     group: Vec<Option<String>>,
     name: Vec<Option<String>>,
     dtype: Vec<Option<String>>,
@@ -331,9 +344,13 @@ pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
         })
         .ok_or_else(|| missing("saving_ms"))?;
     let (record, step, seq) = (texts("record")?, ints("step")?, ints("seq")?);
+    let nulls = vec![None; record.len()];
     let mut val = Vec::with_capacity(INTS.len());
     for n in INTS {
-        val.push(ints(n)?);
+        val.push(match ints(n) {
+            Err(_) if SINCE_1_1.contains(&n) => &nulls,
+            v => v?,
+        });
     }
     let (group, name, dtype, title) = (
         texts("group")?,
@@ -372,6 +389,7 @@ pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
                 idle_sync_ns: int(6),
                 idle_data_loader_ns: int(7),
                 idle_transfer_ns: int(8),
+                idle_comm_ns: int(9),
             }),
             Some("collective") => s.collectives.push(CollectiveCall {
                 step: st()?,
@@ -384,6 +402,8 @@ pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
                 group_size: u32of(gsize[i]),
                 dur_ns: int(0),
                 exposed_ns: int(4),
+                start_ns: val[10][i],
+                host: val[11][i] == Some(1),
             }),
             Some("cause") => s.top_causes.push(TopCause {
                 code: txt(name),
@@ -427,6 +447,7 @@ mod tests {
                 idle_sync_ns: 4,
                 idle_data_loader_ns: 3,
                 idle_transfer_ns: 2,
+                idle_comm_ns: 1,
             }],
             collectives: vec![CollectiveCall {
                 step: 0,
@@ -439,6 +460,8 @@ mod tests {
                 group_size: Some(4),
                 dur_ns: 7,
                 exposed_ns: 6,
+                start_ns: Some(3),
+                host: true,
             }],
             top_causes: vec![TopCause {
                 code: "C001".into(),

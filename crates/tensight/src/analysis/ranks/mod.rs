@@ -84,6 +84,8 @@ pub struct CollectiveSplit {
     pub matched: usize,
     /// Instances left out (missing on a rank, or a different collective there).
     pub unmatched: usize,
+    /// Of the matched, those run on the host (gloo's `gloo:` ranges), not by kernels.
+    pub host: usize,
     /// Communication kernel time per step, summed over ranks, ms.
     pub total_ms: f64,
     /// Of which transfer (every rank's kernel at the fastest rank's duration), ms.
@@ -105,6 +107,8 @@ pub struct CollectiveRow {
     pub dtype: String,
     /// Message bytes, when known.
     pub bytes: Option<u64>,
+    /// Run on the host (gloo), not by a kernel.
+    pub host: bool,
     /// Instances per step.
     pub per_step: f64,
     /// Transfer time per step summed over ranks, ms.
@@ -133,10 +137,13 @@ pub struct JobModel {
     pub ranks: Vec<u32>,
     /// `own[r][s]`, ns.
     pub own: Vec<Vec<i64>>,
+    /// `wait[r][s]`, ns.
+    pub wait: Vec<Vec<i64>>,
     /// Compute time `compute[r][s]`, ns.
     pub compute: Vec<Vec<i64>>,
     /// Exposed transfer `exposed[r][s]`: per collective, the smaller of its exposed
-    /// time and its transfer estimate, summed over the step, ns.
+    /// time and its transfer estimate, summed over the step and no more than the step's
+    /// exposed communication or its compute, ns.
     pub exposed: Vec<Vec<i64>>,
     /// Measured job step `max_r dur[r][s]`, ns.
     pub measured: Vec<i64>,
@@ -255,7 +262,7 @@ pub fn compare(mut ranks: Vec<RankSummary>, world_size: Option<u32>) -> RanksAna
     let world = world_of(&ranks, world_size, &mut warnings);
     let matched = match_collectives(&ranks, steps, &mut warnings);
     let model = model_of(&ranks, steps, &matched);
-    let rows = rows_of(&ranks, steps, &model, &matched);
+    let rows = rows_of(&ranks, steps, &model);
     let slowest = (0..rows.len())
         .max_by(|&a, &b| rows[a].own_ms.total_cmp(&rows[b].own_ms).then(b.cmp(&a)))
         .unwrap_or(0);
@@ -360,16 +367,66 @@ fn match_collectives(
     out
 }
 
-fn model_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> JobModel {
+/// `wait[r][s]`: the time rank r's step s spent waiting in its matched collectives. A
+/// collective waits first (for the last rank to join), then transfers: its waiting is
+/// the start of its range, as long as its duration beyond the transfer estimate. The
+/// waiting of collectives in flight together (gloo's worker threads, NCCL kernels on
+/// several streams) is counted once: the union of those intervals, where every start
+/// is known; else their sum (summaries of version 1.0).
+fn waits(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> Vec<Vec<i64>> {
     let n = ranks.len();
-    let mut wait = vec![vec![0i64; steps]; n];
-    let mut exposed = vec![vec![0i64; steps]; n];
+    let mut spans: Vec<Vec<Vec<(i64, i64)>>> = vec![vec![Vec::new(); steps]; n];
+    let mut sum = vec![vec![0i64; steps]; n];
+    let mut timed = vec![vec![true; steps]; n];
     for m in matched {
         for (ri, &ci) in m.calls.iter().enumerate() {
             let c = &ranks[ri].collectives[ci];
             let s = c.step as usize;
-            wait[ri][s] += c.dur_ns - m.transfer_ns;
-            exposed[ri][s] += c.exposed_ns.min(m.transfer_ns);
+            let w = c.dur_ns - m.transfer_ns;
+            sum[ri][s] += w;
+            match c.start_ns {
+                Some(a) => spans[ri][s].push((a, a + w)),
+                None => timed[ri][s] = false,
+            }
+        }
+    }
+    (0..n)
+        .map(|ri| {
+            (0..steps)
+                .map(|s| {
+                    if timed[ri][s] {
+                        let v = std::mem::take(&mut spans[ri][s]);
+                        crate::analysis::simulate::merge_intervals(v)
+                            .iter()
+                            .map(|(a, b)| b - a)
+                            .sum()
+                    } else {
+                        sum[ri][s]
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn model_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> JobModel {
+    let n = ranks.len();
+    let wait = waits(ranks, steps, matched);
+    let mut exposed = vec![vec![0i64; steps]; n];
+    for m in matched {
+        for (ri, &ci) in m.calls.iter().enumerate() {
+            let c = &ranks[ri].collectives[ci];
+            exposed[ri][c.step as usize] += c.exposed_ns.min(m.transfer_ns);
+        }
+    }
+    // Collectives in flight together are exposed together: no more than the step's
+    // exposed communication (a union) can be hidden, and no more than the compute there
+    // is to hide it under.
+    for (ri, r) in ranks.iter().enumerate() {
+        for (s, e) in exposed[ri].iter_mut().enumerate() {
+            *e = (*e)
+                .min(r.steps[s].exposed_comm_ns)
+                .min(r.steps[s].compute_ns);
         }
     }
     let own: Vec<Vec<i64>> = ranks
@@ -391,18 +448,14 @@ fn model_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> JobMode
     JobModel {
         ranks: ranks.iter().map(|r| r.rank).collect(),
         own,
+        wait,
         compute,
         exposed,
         measured,
     }
 }
 
-fn rows_of(
-    ranks: &[RankSummary],
-    steps: usize,
-    model: &JobModel,
-    matched: &[Matched],
-) -> Vec<RankRow> {
+fn rows_of(ranks: &[RankSummary], steps: usize, model: &JobModel) -> Vec<RankRow> {
     let per = |ns: i64| ns as f64 / 1e6 / steps.max(1) as f64;
     ranks
         .iter()
@@ -420,10 +473,7 @@ fn rows_of(
             let busy: i64 = s.iter().map(|x| x.gpu_busy_ns).sum();
             let comm: i64 = s.iter().map(|x| x.comm_ns).sum();
             let own: i64 = model.own[ri].iter().sum();
-            let wait: i64 = matched
-                .iter()
-                .map(|m| r.collectives[m.calls[ri]].dur_ns - m.transfer_ns)
-                .sum();
+            let wait: i64 = model.wait[ri].iter().sum();
             RankRow {
                 rank: r.rank,
                 source: r.source.clone(),
@@ -508,6 +558,7 @@ fn split_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> Collect
     let mut kinds: Vec<(CollectiveRow, i64, i64, usize)> = Vec::new();
     for m in matched {
         let first = &ranks[0].collectives[m.calls[0]];
+        split.host += first.host as usize;
         let total: i64 = m
             .calls
             .iter()
@@ -519,7 +570,10 @@ fn split_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> Collect
         split.transfer_ms += per(transfer);
         split.wait_ms += per(total - transfer);
         let same = |k: &CollectiveRow| {
-            k.name == first.name && k.group == first.group && k.bytes == first.bytes
+            k.name == first.name
+                && k.group == first.group
+                && k.bytes == first.bytes
+                && k.host == first.host
         };
         match kinds.iter_mut().find(|k| same(&k.0)) {
             Some(k) => {
@@ -533,6 +587,7 @@ fn split_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> Collect
                     group: first.group.clone(),
                     dtype: first.dtype.clone(),
                     bytes: first.bytes,
+                    host: first.host,
                     per_step: 0.0,
                     transfer_ms: 0.0,
                     wait_ms: 0.0,
@@ -583,6 +638,8 @@ mod tests {
             group_size: Some(4),
             dur_ns: comm_ns,
             exposed_ns: comm_ns,
+            start_ns: None,
+            host: false,
         };
         RankSummary {
             rank,
@@ -616,6 +673,89 @@ mod tests {
         let saving = a.model.saving_ms(&[], JobChange::AtMedianPace(2));
         assert!((saving - 5.0).abs() < 1e-9, "{saving}");
         assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+    }
+
+    /// A 20 ms step with two all-reduces on the host (gloo's two worker threads), each
+    /// given as (start, duration) in ms; `compute` ms of GPU compute.
+    fn host_rank(rank: u32, calls: [(i64, i64); 2], starts: bool, compute: i64) -> RankSummary {
+        let ms = 1_000_000;
+        let call = |seq: u32, (a, d): (i64, i64)| CollectiveCall {
+            step: 0,
+            seq,
+            group: "?".into(),
+            name: "allreduce".into(),
+            dtype: String::new(),
+            nelems: None,
+            bytes: None,
+            group_size: None,
+            dur_ns: d * ms,
+            exposed_ns: d * ms,
+            start_ns: starts.then_some(a * ms),
+            host: true,
+        };
+        RankSummary {
+            rank,
+            world_size: Some(2),
+            source: String::new(),
+            steps: vec![RankStep {
+                step: 0,
+                dur_ns: 20 * ms,
+                compute_ns: compute * ms,
+                comm_ns: (calls[0].1 + calls[1].1) * ms,
+                exposed_comm_ns: 10 * ms,
+                ..Default::default()
+            }],
+            collectives: vec![call(0, calls[0]), call(1, calls[1])],
+            top_causes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn waiting_in_collectives_in_flight_together_counts_once() {
+        // Rank 0 starts both all-reduces early (at 2 and 3 ms) and waits in both for
+        // rank 1, which joins them at 10 ms: 8 ms of waiting, not 8 + 7.
+        let early = [(2, 10), (3, 9)];
+        let late = [(10, 2), (10, 2)];
+        let a = compare(
+            vec![host_rank(0, early, true, 4), host_rank(1, late, true, 4)],
+            None,
+        );
+        assert_eq!(a.collectives.host, 2);
+        assert!(
+            (a.ranks[0].wait_ms - 8.0).abs() < 1e-9,
+            "{}",
+            a.ranks[0].wait_ms
+        );
+        assert!((a.ranks[0].own_ms - 12.0).abs() < 1e-9);
+        assert_eq!(a.slowest_rank, 1);
+        // Without the starts (a summary of version 1.0) the waits add up.
+        let a = compare(
+            vec![host_rank(0, early, false, 4), host_rank(1, late, false, 4)],
+            None,
+        );
+        assert!(
+            (a.ranks[0].wait_ms - 15.0).abs() < 1e-9,
+            "{}",
+            a.ranks[0].wait_ms
+        );
+    }
+
+    #[test]
+    fn no_more_communication_is_hidden_than_there_is_compute_to_hide_it_under() {
+        // Both ranks' 10 ms of exposed communication, 4 ms (then 12 ms) of compute.
+        let same = [(2, 6), (3, 6)];
+        let job = |compute| {
+            let a = compare(
+                vec![
+                    host_rank(0, same, true, compute),
+                    host_rank(1, same, true, compute),
+                ],
+                None,
+            );
+            a.model.saving_ms(&[], JobChange::OverlappedComm)
+        };
+        assert!((job(4) - 4.0).abs() < 1e-9, "{}", job(4));
+        assert!((job(12) - 10.0).abs() < 1e-9, "{}", job(12));
     }
 
     #[test]

@@ -6,14 +6,15 @@
 //! `tensight summarize` writes as Parquet, so the cross-rank step runs the same from a
 //! folder of traces or from summaries. It does not compare ranks ([`super::compare`]).
 
-use crate::analysis::timeline::overlap;
+use crate::analysis::simulate::merge_intervals;
+use crate::analysis::timeline::{overlap, IdleBreakdown, StepMetrics, Timeline};
 use crate::analysis::RunMetrics;
-use crate::model::{GpuActivity, Profile};
+use crate::model::{CpuOp, GpuActivity, Profile};
 use serde::{Deserialize, Serialize};
 
 /// Version of the summary's layout (and of its Parquet schema): `MAJOR.MINOR`. A reader
 /// refuses another major version.
-pub const SUMMARY_VERSION: &str = "1.0";
+pub const SUMMARY_VERSION: &str = "1.1";
 
 /// What the cross-rank step needs from one rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -27,7 +28,8 @@ pub struct RankSummary {
     pub source: String,
     /// The analysed steps, in order.
     pub steps: Vec<RankStep>,
-    /// Communication kernels inside the analysed steps, in launch order.
+    /// Communication kernels and host-side collectives inside the analysed steps, in
+    /// start order within each step.
     pub collectives: Vec<CollectiveCall>,
     /// The rank's own largest findings (at most [`TOP_CAUSES`]), largest saving first.
     pub top_causes: Vec<TopCause>,
@@ -47,7 +49,8 @@ pub struct RankStep {
     pub gpu_busy_ns: i64,
     /// Union of the non-communication GPU activity (compute kernels, copies) (ns).
     pub compute_ns: i64,
-    /// Sum of the communication kernels' durations (ns): transfer plus waiting.
+    /// Sum of the communication kernels' and host collectives' durations (ns): transfer
+    /// plus waiting.
     pub comm_ns: i64,
     /// Communication time no compute ran under (ns).
     pub exposed_comm_ns: i64,
@@ -59,9 +62,14 @@ pub struct RankStep {
     pub idle_data_loader_ns: i64,
     /// GPU idle while the host was in memcpy calls (ns).
     pub idle_transfer_ns: i64,
+    /// GPU idle inside communication: a host-side collective's range (ns). The four
+    /// idle parts above leave it out. (Version 1.1; 0 in summaries of 1.0.)
+    #[serde(default)]
+    pub idle_comm_ns: i64,
 }
 
-/// One communication kernel: an instance of a collective on this rank.
+/// One communication kernel or host-side collective: an instance of a collective on this
+/// rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CollectiveCall {
     /// Step it started in (index among the analysed steps).
@@ -81,10 +89,18 @@ pub struct CollectiveCall {
     pub bytes: Option<u64>,
     /// Ranks in the group, when recorded.
     pub group_size: Option<u32>,
-    /// Kernel duration (ns): transfer plus waiting for the other ranks.
+    /// Duration (ns) of the kernel, or of the host collective's range: transfer plus
+    /// waiting for the other ranks.
     pub dur_ns: i64,
-    /// Of which no compute kernel ran under it (ns).
+    /// Of which no compute kernel ran under it (ns); 0 in a trace with no GPU activity.
     pub exposed_ns: i64,
+    /// Its start, from the step's start (ns): when known (version 1.1), the waiting of
+    /// collectives in flight together is counted once.
+    #[serde(default)]
+    pub start_ns: Option<i64>,
+    /// Run on the host (a `gloo:` range), not by a kernel. (Version 1.1.)
+    #[serde(default)]
+    pub host: bool,
 }
 
 /// One of a rank's own findings, kept as a cause.
@@ -125,6 +141,26 @@ pub fn collective_name(g: &GpuActivity) -> String {
         .to_ascii_lowercase()
 }
 
+/// A communication event of one rank: a communication kernel, or a host-side collective
+/// (its `gloo:` range, [`Profile::host_collectives`]).
+struct Comm<'a> {
+    ts_ns: i64,
+    end_ns: i64,
+    name: String,
+    args: Option<&'a crate::model::Collective>,
+    host: bool,
+}
+
+/// The name of a host collective's range as a collective (`gloo:all_reduce` →
+/// `allreduce`, the name NCCL's kernels give).
+fn host_collective_name(range: &str) -> String {
+    range
+        .strip_prefix(crate::model::HOST_COLLECTIVE_PREFIX)
+        .unwrap_or(range)
+        .replace('_', "")
+        .to_ascii_lowercase()
+}
+
 /// The summary of one rank: `rank` as the caller found it, `top` its largest findings
 /// as (code, title, saving ms).
 pub fn summarize(
@@ -136,45 +172,80 @@ pub fn summarize(
 ) -> RankSummary {
     let mut steps = Vec::with_capacity(m.timeline.steps.len());
     let mut collectives = Vec::new();
-    for (i, s) in m.timeline.steps.iter().enumerate() {
+    let host_comm: Vec<&CpuOp> = p
+        .host_collectives()
+        .iter()
+        .filter_map(|&i| p.ops.get(i as usize))
+        .collect();
+    let t = &m.timeline;
+    for (i, s) in t.steps.iter().enumerate() {
         let (lo, hi) = (s.start_ns, s.start_ns + s.dur_ns);
         let in_step: Vec<&GpuActivity> = p
             .gpu
             .iter()
             .filter(|g| g.ts_ns >= lo && g.ts_ns < hi)
             .collect();
-        let compute = union(
+        let is_comm = |g: &GpuActivity| is_communication(g) || p.in_host_collective(g);
+        let compute = merge_intervals(
             in_step
                 .iter()
-                .filter(|g| !is_communication(g))
-                .map(|g| (g.ts_ns, g.end_ns().min(hi))),
+                .filter(|g| !is_comm(g))
+                .map(|g| (g.ts_ns, g.end_ns().min(hi)))
+                .collect(),
         );
+        let mut comm: Vec<Comm> = in_step
+            .iter()
+            .filter(|g| is_communication(g))
+            .map(|g| Comm {
+                ts_ns: g.ts_ns,
+                end_ns: g.end_ns(),
+                name: collective_name(g),
+                args: g.collective.as_deref(),
+                host: false,
+            })
+            .collect();
+        comm.extend(
+            host_comm
+                .iter()
+                .filter(|o| o.ts_ns >= lo && o.ts_ns < hi)
+                .map(|o| Comm {
+                    ts_ns: o.ts_ns,
+                    end_ns: o.end_ns(),
+                    name: host_collective_name(&o.name),
+                    args: None,
+                    host: true,
+                }),
+        );
+        comm.sort_by_key(|c| c.ts_ns);
+        let comm_union = merge_intervals(comm.iter().map(|c| (c.ts_ns, c.end_ns)).collect());
+        let (idle, idle_comm_ns) = idle_outside(t, s, &comm_union);
         let mut step = RankStep {
             step: i as u32,
             dur_ns: s.dur_ns,
             gpu_busy_ns: s.gpu_busy_ns,
             compute_ns: compute.iter().map(|r| r.1 - r.0).sum(),
-            idle_cpu_ns: s.idle.cpu_ns,
-            idle_sync_ns: s.idle.sync_ns,
-            idle_data_loader_ns: s.idle.data_loader_ns,
-            idle_transfer_ns: s.idle.transfer_ns,
+            idle_cpu_ns: idle.cpu_ns,
+            idle_sync_ns: idle.sync_ns,
+            idle_data_loader_ns: idle.data_loader_ns,
+            idle_transfer_ns: idle.transfer_ns,
+            idle_comm_ns,
             ..Default::default()
         };
-        let comm: Vec<&GpuActivity> = in_step
-            .into_iter()
-            .filter(|g| is_communication(g))
-            .collect();
+        // With no GPU activity at all there is no compute to overlap: none is claimed.
+        let exposed_of = |a: i64, b: i64| {
+            if p.gpu.is_empty() {
+                0
+            } else {
+                ((b - a) - overlap(&compute, a, b)).max(0)
+            }
+        };
         let mut seq_of: Vec<(String, u32)> = Vec::new();
-        for g in &comm {
-            let exposed = g.dur_ns - overlap(&compute, g.ts_ns, g.end_ns());
-            step.comm_ns += g.dur_ns;
-            collectives.push(call(g, i as u32, exposed.max(0), &mut seq_of));
+        for c in &comm {
+            step.comm_ns += c.end_ns - c.ts_ns;
+            let exposed = exposed_of(c.ts_ns, c.end_ns);
+            collectives.push(call(c, i as u32, lo, exposed, &mut seq_of));
         }
-        step.exposed_comm_ns = union(comm.iter().map(|g| (g.ts_ns, g.end_ns())))
-            .iter()
-            .map(|&(a, b)| (b - a) - overlap(&compute, a, b))
-            .sum::<i64>()
-            .max(0);
+        step.exposed_comm_ns = comm_union.iter().map(|&(a, b)| exposed_of(a, b)).sum();
         steps.push(step);
     }
     RankSummary {
@@ -193,16 +264,53 @@ pub fn summarize(
     }
 }
 
-/// One communication kernel as a [`CollectiveCall`]; `seq_of` counts the step's
+/// The step's GPU idle by cause outside `comm` (sorted, disjoint), and the idle inside
+/// it: a host collective waiting for another rank leaves the GPU idle, and that is the
+/// other rank's doing, not this one's host time. Each idle gap's causes shrink in
+/// proportion to the share of the gap under communication.
+fn idle_outside(t: &Timeline, s: &StepMetrics, comm: &[(i64, i64)]) -> (IdleBreakdown, i64) {
+    let mut idle = s.idle;
+    if comm.is_empty() {
+        return (idle, 0);
+    }
+    let (lo, hi) = (s.start_ns, s.start_ns + s.dur_ns);
+    let mut inside = 0i64;
+    for (&(g0, g1), by) in t.idle_gaps.iter().zip(&t.gap_idle) {
+        let (a, b) = (g0.max(lo), g1.min(hi));
+        if b <= a {
+            continue;
+        }
+        let f = overlap(comm, a, b) as f64 / (g1 - g0).max(1) as f64;
+        if f <= 0.0 {
+            continue;
+        }
+        let cut = |ns: i64| (ns as f64 * f).round() as i64;
+        let parts = [
+            (&mut idle.cpu_ns, by.cpu_ns),
+            (&mut idle.sync_ns, by.sync_ns),
+            (&mut idle.transfer_ns, by.transfer_ns),
+            (&mut idle.data_loader_ns, by.data_loader_ns),
+        ];
+        for (left, of_gap) in parts {
+            let c = cut(of_gap).min(*left);
+            *left -= c;
+            inside += c;
+        }
+    }
+    (idle, inside)
+}
+
+/// One communication event as a [`CollectiveCall`]; `seq_of` counts the step's
 /// collectives per group so far.
 fn call(
-    g: &GpuActivity,
+    c: &Comm,
     step: u32,
+    step_start_ns: i64,
     exposed_ns: i64,
     seq_of: &mut Vec<(String, u32)>,
 ) -> CollectiveCall {
-    let c = g.collective.as_deref();
-    let group = c
+    let args = c.args;
+    let group = args
         .and_then(|c| c.group.clone())
         .unwrap_or_else(|| "?".to_string());
     let seq = match seq_of.iter_mut().find(|(grp, _)| *grp == group) {
@@ -219,28 +327,16 @@ fn call(
         step,
         seq,
         group,
-        name: collective_name(g),
-        dtype: c.and_then(|c| c.dtype.clone()).unwrap_or_default(),
-        nelems: c.and_then(|c| c.in_nelems.max(c.out_nelems)),
-        bytes: c.and_then(|c| c.bytes()),
-        group_size: c.and_then(|c| c.group_size),
-        dur_ns: g.dur_ns,
+        name: c.name.clone(),
+        dtype: args.and_then(|c| c.dtype.clone()).unwrap_or_default(),
+        nelems: args.and_then(|c| c.in_nelems.max(c.out_nelems)),
+        bytes: args.and_then(|c| c.bytes()),
+        group_size: args.and_then(|c| c.group_size),
+        dur_ns: c.end_ns - c.ts_ns,
         exposed_ns,
+        start_ns: Some(c.ts_ns - step_start_ns),
+        host: c.host,
     }
-}
-
-/// Sorted, disjoint union of `ranges` (empty ones dropped).
-fn union(ranges: impl Iterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
-    let mut v: Vec<(i64, i64)> = ranges.filter(|r| r.1 > r.0).collect();
-    v.sort_unstable();
-    let mut out: Vec<(i64, i64)> = Vec::with_capacity(v.len());
-    for (a, b) in v {
-        match out.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => out.push((a, b)),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -270,13 +366,5 @@ mod tests {
         assert_eq!(collective_name(&g), "allgather");
         g.name = "volta_sgemm_128x64_nn".into();
         assert!(!is_communication(&g));
-    }
-
-    #[test]
-    fn union_merges_overlaps() {
-        assert_eq!(
-            union([(5, 9), (0, 3), (2, 4), (9, 9)].into_iter()),
-            vec![(0, 4), (5, 9)]
-        );
     }
 }

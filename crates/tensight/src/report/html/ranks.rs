@@ -4,7 +4,7 @@
 
 use super::{finding_views, FindingView, Links};
 use crate::report::RanksReport;
-use crate::rules::{fmt_bytes, fmt_ms};
+use crate::rules::fmt_ms;
 use serde::Serialize;
 
 /// What the template's Ranks section shows.
@@ -81,11 +81,8 @@ pub(super) fn view(r: &RanksReport, links: &Links) -> RanksView {
     ));
     for k in &c.top {
         lines.push(format!(
-            "{} {} {} (group {}), {:.1}× per step: {} transfer, {} waiting",
-            k.name,
-            k.bytes.map(|b| fmt_bytes(b as f64)).unwrap_or("?".into()),
-            k.dtype,
-            k.group,
+            "{}, {:.1}× per step: {} transfer, {} waiting",
+            crate::report::collective_label(k),
             k.per_step,
             fmt_ms(k.transfer_ms),
             fmt_ms(k.wait_ms)
