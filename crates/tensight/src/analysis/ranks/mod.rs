@@ -374,38 +374,27 @@ fn match_collectives(
 /// several streams) is counted once: the union of those intervals, where every start
 /// is known; else their sum (summaries of version 1.0).
 fn waits(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> Vec<Vec<i64>> {
-    let n = ranks.len();
-    let mut spans: Vec<Vec<Vec<(i64, i64)>>> = vec![vec![Vec::new(); steps]; n];
-    let mut sum = vec![vec![0i64; steps]; n];
-    let mut timed = vec![vec![true; steps]; n];
+    // Per rank and step: each matched collective's (start, waiting).
+    type Cell = Vec<(Option<i64>, i64)>;
+    let mut cells: Vec<Vec<Cell>> = vec![vec![Vec::new(); steps]; ranks.len()];
     for m in matched {
         for (ri, &ci) in m.calls.iter().enumerate() {
             let c = &ranks[ri].collectives[ci];
-            let s = c.step as usize;
-            let w = c.dur_ns - m.transfer_ns;
-            sum[ri][s] += w;
-            match c.start_ns {
-                Some(a) => spans[ri][s].push((a, a + w)),
-                None => timed[ri][s] = false,
-            }
+            cells[ri][c.step as usize].push((c.start_ns, c.dur_ns - m.transfer_ns));
         }
     }
-    (0..n)
-        .map(|ri| {
-            (0..steps)
-                .map(|s| {
-                    if timed[ri][s] {
-                        let v = std::mem::take(&mut spans[ri][s]);
-                        crate::analysis::simulate::merge_intervals(v)
-                            .iter()
-                            .map(|(a, b)| b - a)
-                            .sum()
-                    } else {
-                        sum[ri][s]
-                    }
-                })
-                .collect()
-        })
+    let wait = |cell: Cell| -> i64 {
+        match cell.iter().map(|&(a, w)| a.map(|a| (a, a + w))).collect() {
+            Some(spans) => crate::analysis::simulate::merge_intervals(spans)
+                .iter()
+                .map(|(a, b)| b - a)
+                .sum(),
+            None => cell.iter().map(|&(_, w)| w).sum(),
+        }
+    };
+    cells
+        .into_iter()
+        .map(|r| r.into_iter().map(wait).collect())
         .collect()
 }
 

@@ -204,10 +204,12 @@ pub fn summarize(
                 host: false,
             })
             .collect();
+        // In start order: those of the step are a run.
+        let from = host_comm.partition_point(|o| o.ts_ns < lo);
         comm.extend(
-            host_comm
+            host_comm[from..]
                 .iter()
-                .filter(|o| o.ts_ns >= lo && o.ts_ns < hi)
+                .take_while(|o| o.ts_ns < hi)
                 .map(|o| Comm {
                     ts_ns: o.ts_ns,
                     end_ns: o.end_ns(),
@@ -275,7 +277,10 @@ fn idle_outside(t: &Timeline, s: &StepMetrics, comm: &[(i64, i64)]) -> (IdleBrea
     }
     let (lo, hi) = (s.start_ns, s.start_ns + s.dur_ns);
     let mut inside = 0i64;
-    for (&(g0, g1), by) in t.idle_gaps.iter().zip(&t.gap_idle) {
+    // The gaps are in time order: those ending after the step's start, up to its end.
+    let from = t.idle_gaps.partition_point(|&(_, g1)| g1 <= lo);
+    let gaps = t.idle_gaps[from..].iter().zip(&t.gap_idle[from..]);
+    for (&(g0, g1), by) in gaps.take_while(|((g0, _), _)| *g0 < hi) {
         let (a, b) = (g0.max(lo), g1.min(hi));
         if b <= a {
             continue;
