@@ -1,7 +1,7 @@
 """`tensight run -- torchrun ...`: a distributed job records every rank into one bundle.
 
 programs/ddp_cpu.py is a small DDP training job (gloo, on CPU) that torchrun starts as
-2 (or 4) ranks; `--straggler` makes rank 1 do ~8 ms of extra host work per step. Each
+2 (or 4) ranks; `--straggler` makes rank 1 do ~25 ms of extra host work per step. Each
 job runs under `tensight run` with a timeout (a hang fails the test): the bundle must
 hold `rank{N}/` per rank, each an ordinary bundle whose manifest names its rank, all
 recording the same steps, and the job's manifest (`"kind": "ranks"`), written by `run`.
@@ -149,17 +149,25 @@ def test_torchrun_records_every_rank_with_a_straggler(
     out, r, wall = straggler_job
     print(f"2-rank torchrun job under tensight run: {wall:.1f} s")
     manifests = assert_job(out, r, 2)
-    # The all-reduce in backward couples the ranks: rank 1's extra ~8 ms per step is
+    # The all-reduce in backward couples the ranks: rank 1's extra ~25 ms per step is
     # every rank's step time (each waits for the slowest).
     for m in manifests:
         profiled = sorted(m["timing"]["step_ms_profiled"])
-        assert profiled[len(profiled) // 2] >= 7.0, (m["distributed"], m["timing"])
-    # ... and the traces show where: rank 0 waits in the all-reduce for rank 1
+        assert profiled[len(profiled) // 2] >= 20.0, (m["distributed"], m["timing"])
+    # ... and the traces show where: rank 0 waits in the all-reduce for rank 1 (a
+    # difference, not a ratio: a loaded machine stretches both ranks' all-reduces)
     waits = [_all_reduce_ms(out / f"rank{n}") for n in (0, 1)]
-    assert waits[0] >= STEPS * 5.0 and waits[0] > 1.5 * waits[1], waits
-    # The cross-rank report covers both ranks (assert_job). It does not name the
-    # straggler here: gloo's all-reduce is host-side, no kernel carries it, so the
-    # waiting is not split from own work (the gap in docs/distributed.md).
+    assert waits[0] - waits[1] >= STEPS * 15.0, waits
+    # The cross-rank report names the straggler, and the function where its extra time
+    # goes (gloo's all-reduce runs on the host: its waiting is told from own work by
+    # its `gloo:` ranges; the function comes from the detail step's stacks).
+    job = json.loads((out / "report.json").read_text())
+    primary = job["diagnosis"]["bottlenecks"][0]
+    assert primary["code"] == "P001", primary
+    assert primary["title"].startswith("Rank 1 is the straggler"), primary
+    assert "host_work" in primary["message"], primary["message"]
+    assert any("host_work" in (loc.get("source") or "") for loc in primary["locations"]), primary
+    assert 15.0 <= primary["saving_ms"] <= 40.0, primary["saving_ms"]
 
 
 @pytest.mark.parametrize("rank", [0, 1])

@@ -3,7 +3,7 @@
 
 Every rank trains the same model on its own random batches; DDP all-reduces the
 gradients in backward (a collective per step, so a rank that runs late makes the others
-wait). `--straggler`: rank 1 does ~8 ms of extra host work (a numpy loop) before each
+wait). `--straggler`: rank 1 does ~25 ms of extra host work (a numpy loop) before each
 step's forward: the planted straggler. `--crash-rank R --crash-step K`: rank R raises at
 step K (torchrun then ends the other ranks with SIGTERM); `--hang-rank H`: rank H waits
 at step K, in Python, until that SIGTERM comes. Rank 0 prints `ddp: done N`."""
@@ -49,7 +49,7 @@ for step in range(1, args.steps + 1):
         for _ in range(12_000):  # 2 minutes at most
             time.sleep(0.01)
     if args.straggler and rank == 1:
-        host_work(8.0)
+        host_work(25.0)
     x = torch.randn(32, 64, generator=gen)
     y = torch.randint(0, 8, (32,), generator=gen)
     loss = nn.functional.cross_entropy(model(x), y)

@@ -90,6 +90,7 @@ mod tests {
             }],
             collectives: vec![call(0, durs[0] * 1_000_000), call(1, durs[1] * 1_000_000)],
             top_causes: Vec::new(),
+            host_frames: Vec::new(),
         }
     }
 

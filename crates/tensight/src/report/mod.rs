@@ -210,16 +210,3 @@ pub(crate) fn timing(r: &Report) -> Option<(f64, f64, &'static str)> {
         )),
     }
 }
-
-/// A kind of collective as the reports name it: `allreduce 24.0 MiB Float (group 0)`,
-/// or `allreduce on the host (gloo)` for one gloo runs on the host.
-pub(crate) fn collective_label(k: &crate::analysis::ranks::CollectiveRow) -> String {
-    if k.host {
-        return format!("{} on the host (gloo)", k.name);
-    }
-    let size = k
-        .bytes
-        .map(|b| crate::rules::fmt_bytes(b as f64))
-        .unwrap_or("?".into());
-    format!("{} {size} {} (group {})", k.name, k.dtype, k.group)
-}

@@ -1249,6 +1249,14 @@ fn ranks_table(out: &mut String, r: &super::RanksReport, t: &Term) {
             fmt_ms(e.others_ms)
         );
     }
+    if let Some(f) = &a.slowest_frame {
+        line += &format!(
+            "; in the program's own code: {} {} vs {}",
+            f.name,
+            fmt_ms(f.rank_ms),
+            fmt_ms(f.others_ms)
+        );
+    }
     out.push_str(&wrap(&line, t.w, ""));
     let c = &a.collectives;
     out.push_str(&wrap(
@@ -1267,7 +1275,7 @@ fn ranks_table(out: &mut String, r: &super::RanksReport, t: &Term) {
         out.push_str(&wrap(
             &format!(
                 "• {}, {:.1}× per step: {} transfer, {} waiting",
-                super::collective_label(k),
+                k.label(),
                 k.per_step,
                 fmt_ms(k.transfer_ms),
                 fmt_ms(k.wait_ms)

@@ -90,12 +90,8 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
         ev("waiting per rank per step", fmt_ms(c.wait_ms / ranks)),
     ];
     for k in c.top.iter().take(3) {
-        let size = k
-            .bytes
-            .map(|b| super::fmt_bytes(b as f64))
-            .unwrap_or("?".into());
         evidence.push(ev(
-            format!("{} {size} {} (group {})", k.name, k.dtype, k.group),
+            k.label(),
             format!(
                 "{:.1}× per step: {} transfer, {} waiting",
                 k.per_step,

@@ -24,7 +24,10 @@ own work per step (its step time less the time its collectives waited for others
 the largest, when it is ahead of the median rank by at least 5% of the job's step. It
 names what set the rank apart: its step composition against the median of the others
 (host time between launches, compute kernel time, DataLoader waits, syncs, copies), and
-its own largest findings.
+its own largest findings. When stacks were recorded (`tensight run` records them in its
+detail step), it also names the program's own function where the rank spends the most
+extra host time, if that is at least 30% of the skew: the innermost of the nested
+functions that carry it.
 
 ## Why it costs time
 A synchronous collective (the gradient all-reduce of DDP, FSDP's all-gathers) finishes
@@ -88,7 +91,7 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
     };
     let saving = a.model.saving_ms(&[], c);
     let cause = a.slowest_excess.first();
-    let because = match cause {
+    let mut because = match cause {
         Some(e) => format!(
             "; its largest excess is {}: {} per step against {} on the others",
             e.label,
@@ -97,6 +100,15 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
         ),
         None => String::new(),
     };
+    let frame = a.slowest_frame.as_ref();
+    if let Some(f) = frame {
+        because += &format!(
+            ", {} of it in `{}` ({} on the others)",
+            fmt_ms(f.rank_ms),
+            f.name,
+            fmt_ms(f.others_ms)
+        );
+    }
     let mut evidence = vec![
         ev("job step (slowest rank)", fmt_ms(step)),
         ev(
@@ -112,6 +124,17 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
                 "{} vs {} (others' median)",
                 fmt_ms(e.rank_ms),
                 fmt_ms(e.others_ms)
+            ),
+        ));
+    }
+    if let Some(f) = frame {
+        evidence.push(ev(
+            format!("rank {}'s own code with the most extra time", row.rank),
+            format!(
+                "{}: {} vs {} (others' median)",
+                f.name,
+                fmt_ms(f.rank_ms),
+                fmt_ms(f.others_ms)
             ),
         ));
     }
@@ -145,17 +168,33 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
             row.rank
         ),
         fixes: vec![
-            format!(
-                "Find what rank {} does that the others do not (run `tensight analyze` on \
-                 its trace alone): extra logging, evaluation or checkpointing inside the \
-                 step, a busier host",
-                row.rank
-            ),
+            match frame {
+                Some(f) => format!(
+                    "Look at `{}`: rank {} spends {} more per step there than the others; \
+                     do that work on every rank alike, outside the step, or off the \
+                     training thread",
+                    f.name,
+                    row.rank,
+                    fmt_ms(f.rank_ms - f.others_ms)
+                ),
+                None => format!(
+                    "Find what rank {} does that the others do not (run `tensight analyze` \
+                     on its trace alone): extra logging, evaluation or checkpointing inside \
+                     the step, a busier host",
+                    row.rank
+                ),
+            },
             "Balance the work per rank (same batch and sequence lengths) and the CPU \
              cores each rank's process and DataLoader get"
                 .into(),
         ],
-        locations: Vec::new(),
+        locations: frame
+            .map(|f| super::Location {
+                source: Some(f.name.clone()),
+                ..Default::default()
+            })
+            .into_iter()
+            .collect(),
         change: None,
     };
     vec![draft.finish_ranks(&META, ctx)]

@@ -17,10 +17,10 @@
 //!
 //! ```text
 //! column               type        step  collective  cause   meaning
-//! record               utf8        ●     ●           ●       "step" | "collective" | "cause"
+//! record               utf8        ●     ●           ●       "step" | "collective" | "cause" | "frame"
 //! step                 int64       ●     ●                   index among the analysed steps
 //! seq                  int64             ●                   k-th collective of its group in the step
-//! dur_ns               int64       ●     ●                   wall time / kernel duration
+//! dur_ns               int64       ●     ●                   wall time / kernel duration / frame time
 //! gpu_busy_ns          int64       ●                         union of GPU activity
 //! compute_ns           int64       ●                         union of non-communication GPU work
 //! comm_ns              int64       ●                         sum of communication kernels
@@ -33,7 +33,7 @@
 //! start_ns             int64             ○                   start, from the step's (1.1)
 //! host                 int64             ○                   1: run on the host (gloo) (1.1)
 //! group                utf8              ●                   process group ("?" unknown)
-//! name                 utf8              ●           ●       collective ("allreduce") / rule code
+//! name                 utf8              ●           ●       collective ("allreduce") / rule code / frame
 //! dtype                utf8              ●                   element type ("" unknown)
 //! nelems               int64             ○                   elements of the larger message
 //! bytes                int64             ○                   bytes of the larger message
@@ -41,7 +41,9 @@
 //! title                utf8                          ●       the finding's title
 //! saving_ms            double                        ●       its saving on this rank, ms/step
 //! ```
-//! (● set for that record, ○ when known.) File key-value metadata:
+//! (● set for that record, ○ when known.) A `frame` record (1.2) sets `name` (the user
+//! frame, `train.py(42): augment`) and `dur_ns` (its time inside the analysed steps).
+//! File key-value metadata:
 //! `tensight.summary_version`, `tensight.rank`, `tensight.source`, and
 //! `tensight.world_size` when the trace states it.
 //!
@@ -49,7 +51,7 @@
 //!
 //! ```text
 //! {
-//!   "tensight_summary": "1.1",              // the version, first key (sniffed)
+//!   "tensight_summary": "1.2",              // the version, first key (sniffed)
 //!   "rank": int, "world_size": int|null, "source": str,
 //!   "steps": [ { "step", "dur_ns", "gpu_busy_ns", "compute_ns", "comm_ns",
 //!                "exposed_comm_ns", "idle_cpu_ns", "idle_sync_ns",
@@ -57,7 +59,8 @@
 //!   "collectives": [ { "step", "seq": int, "group", "name", "dtype": str,
 //!                      "nelems", "bytes", "group_size", "start_ns": int|null,
 //!                      "dur_ns", "exposed_ns": int, "host": bool } ],
-//!   "top_causes": [ { "code", "title": str, "saving_ms": float } ]
+//!   "top_causes": [ { "code", "title": str, "saving_ms": float } ],
+//!   "host_frames": [ { "name": str, "dur_ns": int } ]    // 1.2; absent: none
 //! }
 //! ```
 
@@ -187,6 +190,15 @@ pub fn to_parquet(s: &RankSummary) -> Vec<u8> {
         t.fill_collective(None);
         t.fill_cause(Some(x));
     }
+    for f in &s.host_frames {
+        t.row("frame", None);
+        for (i, col) in t.ints.iter_mut().enumerate() {
+            col.push((i == 0).then_some(f.dur_ns));
+        }
+        t.fill_collective(None);
+        t.name.push(Some(f.name.clone()));
+        t.fill_cause(None);
+    }
     let i64c = |name: &str, v: Vec<Option<i64>>| Column {
         name: name.into(),
         data: Data::I64(v),
@@ -301,7 +313,7 @@ impl Table {
 
 /// Read the Parquet summary in `bytes`; `shown` names it in errors.
 pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
-    use crate::analysis::ranks::{CollectiveCall, RankStep, TopCause};
+    use crate::analysis::ranks::{CollectiveCall, HostFrame, RankStep, TopCause};
     let what = format!("failed to read the summary {shown}");
     let hint = "pass files written by `tensight summarize PATH -o FILE`";
     let (cols, kv) =
@@ -369,6 +381,7 @@ pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
         steps: Vec::new(),
         collectives: Vec::new(),
         top_causes: Vec::new(),
+        host_frames: Vec::new(),
     };
     let u32of = |v: Option<i64>| v.and_then(|x| u32::try_from(x).ok());
     let u64of = |v: Option<i64>| v.and_then(|x| u64::try_from(x).ok());
@@ -410,6 +423,10 @@ pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
                 title: txt(title),
                 saving_ms: saving[i].unwrap_or(0.0),
             }),
+            Some("frame") => s.host_frames.push(HostFrame {
+                name: txt(name),
+                dur_ns: int(0),
+            }),
             // A later minor version may add record kinds: skip them.
             _ => {}
         }
@@ -429,7 +446,7 @@ pub fn from_parquet(shown: &str, bytes: &[u8]) -> Result<RankSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::ranks::{CollectiveCall, RankStep, TopCause};
+    use crate::analysis::ranks::{CollectiveCall, HostFrame, RankStep, TopCause};
 
     fn sample() -> RankSummary {
         RankSummary {
@@ -467,6 +484,10 @@ mod tests {
                 code: "C001".into(),
                 title: "CPU-heavy ops".into(),
                 saving_ms: 1.25,
+            }],
+            host_frames: vec![HostFrame {
+                name: "train.py(42): augment".into(),
+                dur_ns: 250,
             }],
         }
     }

@@ -19,7 +19,7 @@
 pub mod summary;
 
 use serde::Serialize;
-pub use summary::{CollectiveCall, RankStep, RankSummary, TopCause, SUMMARY_VERSION};
+pub use summary::{CollectiveCall, HostFrame, RankStep, RankSummary, TopCause, SUMMARY_VERSION};
 
 /// The job's ranks compared.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -40,6 +40,10 @@ pub struct RanksAnalysis {
     pub median_own_ms: f64,
     /// What set the slowest rank apart from the others, largest first.
     pub slowest_excess: Vec<Excess>,
+    /// The program's own function the slowest rank spends the most extra host time in,
+    /// when stacks were recorded and it holds a share of the skew
+    /// ([`FRAME_SHARE_OF_SKEW`]).
+    pub slowest_frame: Option<FrameExcess>,
     /// What did not line up (ranks with different step counts, collectives that do
     /// not match, world size not met): shown in the report, never silently dropped.
     pub warnings: Vec<String>,
@@ -117,6 +121,21 @@ pub struct CollectiveRow {
     pub wait_ms: f64,
 }
 
+impl CollectiveRow {
+    /// The kind as reports and findings name it: `allreduce 24.0 MiB Float (group 0)`,
+    /// or `allreduce on the host (gloo)` for one gloo runs on the host.
+    pub fn label(&self) -> String {
+        if self.host {
+            return format!("{} on the host (gloo)", self.name);
+        }
+        let size = self
+            .bytes
+            .map(|b| crate::rules::fmt_bytes(b as f64))
+            .unwrap_or("?".into());
+        format!("{} {size} {} (group {})", self.name, self.dtype, self.group)
+    }
+}
+
 /// A part of the step where the slowest rank spends more than the others.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Excess {
@@ -129,6 +148,21 @@ pub struct Excess {
     /// The median of the other ranks, ms.
     pub others_ms: f64,
 }
+
+/// A user function where the slowest rank spends more host time than the others.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FrameExcess {
+    /// The frame (`train.py(42): augment`).
+    pub name: String,
+    /// The slowest rank's time in it per step, ms.
+    pub rank_ms: f64,
+    /// The median of the other ranks (0 where it is not among a rank's frames), ms.
+    pub others_ms: f64,
+}
+
+/// Least share of the slowest rank's extra own work a function's extra time must be to
+/// be named as where it goes.
+pub const FRAME_SHARE_OF_SKEW: f64 = 0.3;
 
 /// The job's step model: per rank, per compared step.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -269,6 +303,8 @@ pub fn compare(mut ranks: Vec<RankSummary>, world_size: Option<u32>) -> RanksAna
     let mut owns: Vec<f64> = rows.iter().map(|r| r.own_ms).collect();
     let median_own_ms = median_f(&mut owns);
     let slowest_excess = excess_of(&ranks, steps, slowest);
+    let skew_ms = rows.get(slowest).map_or(0.0, |r| r.own_ms) - median_own_ms;
+    let slowest_frame = frame_excess(&ranks, slowest, skew_ms);
     RanksAnalysis {
         world_size: world,
         steps,
@@ -276,6 +312,7 @@ pub fn compare(mut ranks: Vec<RankSummary>, world_size: Option<u32>) -> RanksAna
         slowest_rank: rows.get(slowest).map_or(0, |r| r.rank),
         median_own_ms,
         slowest_excess,
+        slowest_frame,
         collectives: split_of(&ranks, steps, &matched),
         ranks: rows,
         warnings,
@@ -505,9 +542,18 @@ fn excess_of(ranks: &[RankSummary], steps: usize, slowest: usize) -> Vec<Excess>
     let per = |r: &RankSummary, f: fn(&RankStep) -> i64| {
         r.steps[..steps].iter().map(f).sum::<i64>() as f64 / 1e6 / steps as f64
     };
+    // With no GPU activity in any rank's steps (a CPU job), host time is just that.
+    let no_gpu = ranks
+        .iter()
+        .all(|r| r.steps[..steps].iter().all(|s| s.gpu_busy_ns == 0));
     let mut out: Vec<Excess> = PARTS
         .iter()
         .map(|&(part, label, f)| {
+            let label = if no_gpu && part == "host_gaps" {
+                "host time (no GPU work in the trace)"
+            } else {
+                label
+            };
             let mut others: Vec<f64> = ranks
                 .iter()
                 .enumerate()
@@ -525,6 +571,50 @@ fn excess_of(ranks: &[RankSummary], steps: usize, slowest: usize) -> Vec<Excess>
         .collect();
     out.sort_by(|a, b| (b.rank_ms - b.others_ms).total_cmp(&(a.rank_ms - a.others_ms)));
     out
+}
+
+/// The user function with the most extra time on rank `slowest` against the median of
+/// the others, when that is at least [`FRAME_SHARE_OF_SKEW`] of `skew_ms`. Functions
+/// nest (a training step's function holds its augmentation's), so of those within 10%
+/// of the largest excess the one with the least time is named: the innermost, where
+/// the extra work is.
+fn frame_excess(ranks: &[RankSummary], slowest: usize, skew_ms: f64) -> Option<FrameExcess> {
+    let r = ranks.get(slowest)?;
+    if ranks.len() < 2 || r.host_frames.is_empty() || skew_ms <= 0.0 {
+        return None;
+    }
+    let per = |x: &RankSummary, ns: i64| ns as f64 / 1e6 / x.steps.len().max(1) as f64;
+    let found: Vec<FrameExcess> = r
+        .host_frames
+        .iter()
+        .map(|f| {
+            let mut others: Vec<f64> = ranks
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != slowest)
+                .map(|(_, o)| {
+                    o.host_frames
+                        .iter()
+                        .find(|g| g.name == f.name)
+                        .map_or(0.0, |g| per(o, g.dur_ns))
+                })
+                .collect();
+            FrameExcess {
+                name: f.name.clone(),
+                rank_ms: per(r, f.dur_ns),
+                others_ms: median_f(&mut others),
+            }
+        })
+        .collect();
+    let extra = |f: &FrameExcess| f.rank_ms - f.others_ms;
+    let most = found.iter().map(extra).fold(0.0, f64::max);
+    if most < FRAME_SHARE_OF_SKEW * skew_ms {
+        return None;
+    }
+    found
+        .into_iter()
+        .filter(|f| extra(f) >= 0.9 * most)
+        .min_by(|a, b| a.rank_ms.total_cmp(&b.rank_ms))
 }
 
 fn split_of(ranks: &[RankSummary], steps: usize, matched: &[Matched]) -> CollectiveSplit {
@@ -637,6 +727,7 @@ mod tests {
             steps: (0..3).map(step).collect(),
             collectives: (0..3).map(call).collect(),
             top_causes: Vec::new(),
+            host_frames: Vec::new(),
         }
     }
 
@@ -696,6 +787,7 @@ mod tests {
             }],
             collectives: vec![call(0, calls[0]), call(1, calls[1])],
             top_causes: Vec::new(),
+            host_frames: Vec::new(),
         }
     }
 
@@ -763,5 +855,43 @@ mod tests {
             .iter()
             .any(|w| w.contains("disagree on the world size")));
         assert!(a.warnings.iter().any(|w| w.contains("2 ranks read")));
+    }
+
+    #[test]
+    fn the_straggler_s_extra_work_is_named_in_its_innermost_function() {
+        let frame = |name: &str, ms: i64| HostFrame {
+            name: name.into(),
+            dur_ns: ms * 3_000_000, // over the 3 steps
+        };
+        let mut ranks = vec![
+            rank(0, 0, 6_000_000),
+            rank(1, 0, 6_000_000),
+            rank(2, 5_000_000, 1_000_000),
+        ];
+        // Every rank runs train_step (nested in main); rank 2's also calls augment (its
+        // extra 5 ms, inside train_step, so train_step has 5 ms more there too).
+        for (i, r) in ranks.iter_mut().enumerate() {
+            let extra = if i == 2 { 5 } else { 0 };
+            r.host_frames = vec![
+                frame("train.py(1): main", 16),
+                frame("train.py(9): train_step", 10 + extra),
+            ];
+            if i == 2 {
+                r.host_frames.push(frame("train.py(30): augment", 5));
+            }
+        }
+        let a = compare(ranks.clone(), None);
+        let f = a.slowest_frame.expect("a frame");
+        assert_eq!(f.name, "train.py(30): augment");
+        assert!(
+            (f.rank_ms - 5.0).abs() < 1e-9 && f.others_ms == 0.0,
+            "{f:?}"
+        );
+        // A function holding less than 30% of the skew is not named.
+        for r in ranks.iter_mut() {
+            r.host_frames.retain(|f| f.name.ends_with("main"));
+        }
+        ranks[2].host_frames.push(frame("train.py(30): augment", 1));
+        assert_eq!(compare(ranks, None).slowest_frame, None);
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of the summary's layout (and of its Parquet schema): `MAJOR.MINOR`. A reader
 /// refuses another major version.
-pub const SUMMARY_VERSION: &str = "1.1";
+pub const SUMMARY_VERSION: &str = "1.2";
 
 /// What the cross-rank step needs from one rank.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -33,6 +33,25 @@ pub struct RankSummary {
     pub collectives: Vec<CollectiveCall>,
     /// The rank's own largest findings (at most [`TOP_CAUSES`]), largest saving first.
     pub top_causes: Vec<TopCause>,
+    /// The program's own Python functions the rank spent the most host time in, over the
+    /// analysed steps (at most [`HOST_FRAMES`]), largest first: what tells a host-bound
+    /// straggler's extra work apart. Empty without recorded stacks. (Version 1.2.)
+    #[serde(default)]
+    pub host_frames: Vec<HostFrame>,
+}
+
+/// Host frames kept per rank.
+pub const HOST_FRAMES: usize = 32;
+
+/// Time in one of the program's own Python functions (a user frame: not torch's, a
+/// library's or the interpreter's), summed over the rank's analysed steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HostFrame {
+    /// The frame as Kineto names it (`train.py(42): augment`).
+    pub name: String,
+    /// Its time inside the analysed steps, inclusive of what it calls, a recursive
+    /// call counted once (ns).
+    pub dur_ns: i64,
 }
 
 /// Top causes kept per rank.
@@ -263,7 +282,57 @@ pub fn summarize(
         steps,
         collectives,
         top_causes: top.into_iter().take(TOP_CAUSES).collect(),
+        host_frames: host_frames(p, t),
     }
+}
+
+/// The user frames with the most time inside the analysed steps ([`HOST_FRAMES`] of
+/// them): each frame's range clipped to the steps it overlaps, a frame inside another
+/// of the same name (recursion) left to the outer one.
+fn host_frames(p: &Profile, t: &Timeline) -> Vec<HostFrame> {
+    let steps: Vec<(i64, i64)> = t
+        .steps
+        .iter()
+        .map(|s| (s.start_ns, s.start_ns + s.dur_ns))
+        .collect();
+    let (Some(&(first, _)), Some(&(_, last))) = (steps.first(), steps.last()) else {
+        return Vec::new();
+    };
+    let user = crate::model::user_frames(&p.python_frames);
+    let frames = &p.python_frames;
+    let mut by_name: rustc_hash::FxHashMap<&str, i64> = Default::default();
+    for (i, f) in frames.iter().enumerate() {
+        if !user[i] || f.end_ns() <= first || f.ts_ns >= last {
+            continue;
+        }
+        let mut up = f.parent;
+        let mut nested = false;
+        while let Some(j) = up {
+            let g = &frames[j as usize];
+            if g.name == f.name {
+                nested = true;
+                break;
+            }
+            up = g.parent;
+        }
+        if nested {
+            continue;
+        }
+        let inside = overlap(&steps, f.ts_ns, f.end_ns());
+        if inside > 0 {
+            *by_name.entry(&*f.name).or_default() += inside;
+        }
+    }
+    let mut out: Vec<HostFrame> = by_name
+        .into_iter()
+        .map(|(name, dur_ns)| HostFrame {
+            name: name.to_string(),
+            dur_ns,
+        })
+        .collect();
+    out.sort_by(|a, b| b.dur_ns.cmp(&a.dur_ns).then_with(|| a.name.cmp(&b.name)));
+    out.truncate(HOST_FRAMES);
+    out
 }
 
 /// The step's GPU idle by cause outside `comm` (sorted, disjoint), and the idle inside

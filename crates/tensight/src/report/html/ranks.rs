@@ -71,6 +71,15 @@ pub(super) fn view(r: &RanksReport, links: &Links) -> RanksView {
             fmt_ms(e.others_ms)
         ));
     }
+    if let Some(f) = &a.slowest_frame {
+        lines.push(format!(
+            "In the program's own code, rank {} spends {} per step in {} against {} on the others",
+            a.slowest_rank,
+            fmt_ms(f.rank_ms),
+            f.name,
+            fmt_ms(f.others_ms)
+        ));
+    }
     let c = &a.collectives;
     lines.push(format!(
         "Collectives: {} instances matched on every rank; per step over all ranks {} = {} transfer + {} waiting",
@@ -82,7 +91,7 @@ pub(super) fn view(r: &RanksReport, links: &Links) -> RanksView {
     for k in &c.top {
         lines.push(format!(
             "{}, {:.1}× per step: {} transfer, {} waiting",
-            crate::report::collective_label(k),
+            k.label(),
             k.per_step,
             fmt_ms(k.transfer_ms),
             fmt_ms(k.wait_ms)
