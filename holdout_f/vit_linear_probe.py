@@ -150,13 +150,8 @@ class LinearProbe(nn.Module):
         self.backbone = backbone
         self.head = nn.Linear(backbone.embed_dim, classes)
 
-    def forward(self, x, frozen_no_grad=False):
-        if frozen_no_grad:
-            with torch.no_grad():
-                feats = self.backbone(x)
-        else:
-            feats = self.backbone(x)
-        return self.head(feats)
+    def forward(self, x):
+        return self.head(self.backbone(x))
 
 
 def main():
@@ -184,7 +179,7 @@ def main():
         y = torch.randint(0, CLASSES, (B,), device=dev)
         x = protos[y] + 0.5 * torch.randn(B, 3, IMG, IMG, device=dev)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-            loss = F.cross_entropy(model(x, frozen_no_grad=args.fixed), y)
+            loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
