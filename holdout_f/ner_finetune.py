@@ -148,8 +148,7 @@ class TokenTagger(nn.Module):
     def forward(self, ids, attention_mask):
         n = ids.shape[1]
         x = self.tok(ids) + self.pos(torch.arange(n, device=ids.device))
-        bias = torch.zeros(attention_mask.shape, device=ids.device, dtype=x.dtype)
-        bias = bias.masked_fill(~attention_mask, float("-inf"))[:, None, None, :]
+        bias = attention_mask[:, None, None, :]
         for layer in self.layers:
             if self.checkpointing and self.training:
                 x = checkpoint(layer, x, bias, use_reentrant=False)
