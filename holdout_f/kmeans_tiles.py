@@ -147,11 +147,11 @@ def main():
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     N, D, groups = (8 * 1024 * 1024, 64, 512) if cuda else (32768, 16, 16)
-    g = torch.Generator(device="cpu").manual_seed(0)
-    true_centers = torch.randn(K, D, generator=g) * 4
-    x = (true_centers[torch.randint(0, K, (N,), generator=g)] + torch.randn(N, D, generator=g)).to(dev)
+    torch.manual_seed(0)
+    true_centers = torch.randn(K, D, device=dev) * 4
+    x = true_centers[torch.randint(0, K, (N,), device=dev)] + torch.randn(N, D, device=dev)
     x2 = (x * x).sum(1)
-    centroids = x[torch.randperm(N, generator=g)[:K].to(dev)].clone()
+    centroids = x[torch.randperm(N, device=dev)[:K]].clone()
     loop = Loop(args, dev)
     total = torch.zeros((), device=dev)
     for i in range(args.iters):

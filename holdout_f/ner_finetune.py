@@ -3,8 +3,8 @@
 Sentences of 24-160 word pieces (synthetic) are tokenised with padding to the model's
 max_length of 512 and a key padding mask; a 12 x 768 pre-norm Transformer encoder
 (SDPA attention) with a 9-tag head is trained with cross-entropy over the real tokens,
-bf16 autocast, fused AdamW and linear warm-up. The config enables gradient checkpointing
-of every encoder layer, as in the large-model recipe it was copied from. Timed with CUDA events.
+bf16 autocast, fused AdamW and linear warm-up; the config turns on gradient checkpointing
+of the encoder layers. Timed with CUDA events.
 """
 import argparse, json, sys, time
 import torch
