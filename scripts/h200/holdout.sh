@@ -10,10 +10,11 @@
 #                                                     # committed timings.json (no timing)
 #
 # Carry only .holdout/timings.json (what earlier calls recorded): the programs in it are
-# skipped, and $OUT/holdout.tgz holds only what this call recorded (the 16 MiB a file
+# skipped, and $OUT/holdout_NAME.tgz hold only what this call recorded (the 16 MiB a file
 # that comes back allows would not hold the whole set).
 # Wheel built here in .whl/ (maturin build --release -o .whl). Everything recorded goes
-# into $OUT/holdout.tgz (unpack over tests/fixtures/holdout), the log into $OUT/log.txt.
+# into $OUT/holdout_NAME.tgz, one per program (unpack each in one folder), the log into
+# $OUT/log.txt. At most 8 files come back from a call: record at most 6 programs per call.
 set -uo pipefail
 OUT=${OUT:-/tmp/tensight-out}; mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
@@ -27,5 +28,8 @@ timeout $((BUDGET_S - 20)) python3 holdout/harness.py --out "$R" --skip-done --r
   --set "${SET:-holdout}" ${KEEP:+--keep-timings "${SET:-holdout}/timings.json"} \
   ${1:+--only "$@"}
 find "$R" -name 'plain_et.json' -exec gzip -f {} \;
-tar czf "$OUT/holdout.tgz" -C /tmp holdout
+# One archive per program (a file that comes back is capped at 16 MiB: one archive of a
+# whole call's programs was 18 MB once, and lost), and timings.json beside them.
+for d in "$R"/*/; do tar czf "$OUT/holdout_$(basename "$d").tgz" -C /tmp "holdout/$(basename "$d")"; done
+cp "$R/timings.json" "$OUT/"
 du -sh "$R"/* | sort -h | tail -20

@@ -89,21 +89,59 @@ pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflat
     let at = host_events(p)?;
     let n = p.steps.len().max(1) as f64;
     let events_per_step = at.len() as f64 / n;
-    let per_event_ns = (profiled_step_ms - u) * 1e6 / events_per_step;
-    let cost = per_event_ns.round() as i64;
+    let change = |cost: f64| Change {
+        host_points: at.iter().map(|&t| (t, cost.round() as i64)).collect(),
+        ..Default::default()
+    };
+    let replayed_ms =
+        |c: &Change| profiled_step_ms - simulate::saving_ns(p, c).max(0) as f64 / 1e6 / n;
+    // Spread evenly, the slowdown is this much per event; but where the GPU or a sync is
+    // on the critical path for part of the step, removing host time saves less than its
+    // length, so the replay stays above the unprofiled step. The cost is then the
+    // smallest one whose replay reaches it (bisection), up to MAX_SPREAD times the even
+    // share (a replay that cannot reach it is bound by the GPU: more changes nothing).
+    let even = (profiled_step_ms - u) * 1e6 / events_per_step;
+    let mut best = change(even);
+    let mut per_event_ns = even;
+    let reached = |ms: f64| ms <= u * (1.0 + REACH_TOLERANCE);
+    if !reached(replayed_ms(&best)) {
+        let (mut lo, mut hi) = (even, even * MAX_SPREAD);
+        let top = change(hi);
+        if reached(replayed_ms(&top)) {
+            for _ in 0..BISECTIONS {
+                let mid = 0.5 * (lo + hi);
+                if reached(replayed_ms(&change(mid))) {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+            }
+            per_event_ns = hi;
+            best = change(hi);
+        } else {
+            per_event_ns = hi;
+            best = top;
+        }
+    }
+    let saved_ns = simulate::saving_ns(p, &best);
     Some(Deflation {
         profiled_step_ms,
         unprofiled_step_ms: u,
         source,
         events_per_step,
         per_event_ns,
-        change: Change {
-            host_points: at.into_iter().map(|t| (t, cost)).collect(),
-            ..Default::default()
-        },
-        saved_ns: None,
+        change: best,
+        saved_ns: Some(saved_ns),
     })
 }
+
+/// How far above the unprofiled step a deflated replay may stay and count as reaching
+/// it (share).
+const REACH_TOLERANCE: f64 = 0.01;
+/// The largest per-event cost tried, as a multiple of the even share.
+const MAX_SPREAD: f64 = 4.0;
+/// Bisection steps for the per-event cost.
+const BISECTIONS: usize = 12;
 
 /// When the profiler recorded a host event (an op, a Python call, a runtime call) inside
 /// the analysed steps, sorted; `None` when there is none.

@@ -11,7 +11,7 @@ mod merge;
 pub mod ranks;
 pub mod unprofiled;
 
-use crate::analysis::inflation::{self, Deflation};
+use crate::analysis::inflation::Deflation;
 use crate::analysis::simulate::{self, Change};
 use crate::rules::{needs_hardware, Category, Context, Finding, RuleMeta, REGISTRY};
 use serde::Serialize;
@@ -87,16 +87,12 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
     let busy = ctx.metrics.summary.gpu_busy_ms_per_step;
     // The profiler's own cost, removed once: the simulated findings are replayed on the
     // deflated host timeline, the others scaled to the unprofiled step.
-    let deflation = inflation::of(ctx.profile, ctx.step_ms(), busy)
-        .or_else(|| inflation::calibrated(ctx.profile, ctx.step_ms()));
+    let (deflation, base_saved) = ctx.deflation();
+    let deflation: Option<Deflation> = deflation.cloned();
     let base = deflation
         .as_ref()
         .map(|d| d.change.clone())
         .unwrap_or_default();
-    let base_saved = deflation
-        .as_ref()
-        .and_then(|d| d.saved_ns)
-        .unwrap_or_else(|| simulate::saving_ns(ctx.profile, &base));
     if let Some(d) = &deflation {
         for f in findings.iter_mut() {
             resimulate(ctx, f, d, &base, base_saved);

@@ -158,7 +158,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let n = steady.n;
     let _ = saving_ns;
     let change = Change::durations(hidden);
-    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
+    let saving_ms = ctx.replayed_ms(&change);
     if sites.is_empty()
         || saving_ms < MIN_SAVING_MS
         || saving_ms < MIN_SHARE_PCT / 100.0 * ctx.step_ms()

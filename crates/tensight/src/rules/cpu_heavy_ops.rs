@@ -179,7 +179,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             .collect(),
         ..Default::default()
     };
-    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
+    let saving_ms = ctx.replayed_ms(&change);
     if sites.is_empty()
         || saving_ms < MIN_SAVING_MS
         || saving_ms < MIN_SHARE_PCT / 100.0 * ctx.step_ms()

@@ -147,7 +147,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     }
     let trip_ms = trip_ns as f64 / 1e6 / n;
     let many_ms = many_ns as f64 / 1e6 / n;
-    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
+    let saving_ms = ctx.replayed_ms(&change);
     if saving_ms < MIN_SAVING_MS || (trips.is_empty() && transfers_per_step < MANY_PER_STEP) {
         return Vec::new();
     }

@@ -123,7 +123,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         host_cuts: subtract_intervals(spans, owned),
         ..Default::default()
     };
-    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / n;
+    let saving_ms = ctx.replayed_ms(&change);
     if ctx.step_ms() <= 0.0 || 100.0 * saving_ms / ctx.step_ms() < MIN_SAVING_PCT {
         return Vec::new();
     }

@@ -25,6 +25,7 @@ mod kernel_diversity;
 mod late_gpu_migration;
 mod launch_bound;
 mod low_l2_hit_rate;
+mod materialised_attention;
 mod memory_near_capacity;
 mod misaligned_gemm_shapes;
 mod no_autocast;
@@ -281,6 +282,9 @@ pub struct Context<'a> {
     launched: std::sync::OnceLock<crate::analysis::host_work::Launched>,
     /// V003's transposed chains, read by V001 too (computed once, on first use).
     chains: std::sync::OnceLock<transposed_chain::Chains>,
+    /// The profiler's cost in the steps and what removing it saves (ns), computed once:
+    /// every replayed saving is measured on top of it.
+    deflation: std::sync::OnceLock<(Option<crate::analysis::inflation::Deflation>, i64)>,
 }
 
 impl<'a> Context<'a> {
@@ -291,7 +295,38 @@ impl<'a> Context<'a> {
             metrics,
             launched: std::sync::OnceLock::new(),
             chains: std::sync::OnceLock::new(),
+            deflation: std::sync::OnceLock::new(),
         }
+    }
+    /// The profiler's cost in the analysed steps ([`crate::analysis::inflation`]: the
+    /// bundle's unprofiled timing, else the calibration for a plain trace), and what
+    /// replaying its removal saves (ns); computed once.
+    pub fn deflation(&self) -> (Option<&crate::analysis::inflation::Deflation>, i64) {
+        use crate::analysis::{inflation, simulate};
+        let (d, saved) = self.deflation.get_or_init(|| {
+            let busy = self.metrics.summary.gpu_busy_ms_per_step;
+            let d = inflation::of(self.profile, self.step_ms(), busy)
+                .or_else(|| inflation::calibrated(self.profile, self.step_ms()));
+            let saved = match &d {
+                Some(d) => d
+                    .saved_ns
+                    .unwrap_or_else(|| simulate::saving_ns(self.profile, &d.change)),
+                None => 0,
+            };
+            (d, saved)
+        });
+        (d.as_ref(), *saved)
+    }
+    /// What `change` saves per step (ms), replayed on the host timeline without the
+    /// profiler's cost ([`Context::deflation`]): the program as it runs unprofiled, so
+    /// a rule's threshold judges the fix where the program lives.
+    pub fn replayed_ms(&self, change: &crate::analysis::simulate::Change) -> f64 {
+        use crate::analysis::simulate::saving_ns;
+        let saved = match self.deflation() {
+            (Some(d), base_saved) => saving_ns(self.profile, &d.change.and(change)) - base_saved,
+            (None, _) => saving_ns(self.profile, change),
+        };
+        saved.max(0) as f64 / 1e6 / self.steps()
     }
     /// [`transposed_chain::Chains::of`] this context, computed once.
     fn chains(&self) -> &transposed_chain::Chains {
@@ -459,6 +494,7 @@ pub static REGISTRY: &[Rule] = &[
     uncoalesced_global_access::RULE,
     low_l2_hit_rate::RULE,
     occupancy_limited::RULE,
+    materialised_attention::RULE,
     non_contiguous_view_access::RULE,
     copy_churn::RULE,
     transposed_chain::RULE,

@@ -165,7 +165,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let ms = |ns: i64| ns as f64 / 1e6 / n;
     let total = |f: fn(&Site) -> i64| sites.values().map(f).sum::<i64>();
     let _ = total(|s| s.saving_ns);
-    let saving_ms = crate::analysis::simulate::saving_ns(p, &change) as f64 / 1e6 / ctx.steps();
+    let saving_ms = ctx.replayed_ms(&change);
     if saving_ms < MIN_SAVING_MS {
         return Vec::new();
     }
