@@ -322,6 +322,8 @@ HOLDOUT_SETS = [
     ("holdout_e", "E", "6be07ee", "the changes of session 16, E recorded with them",
      "not tuned on but for one change: its particle_pusher showed V001 silent without a "
      "hardware pass"),
+    ("holdout_f", "F", "e43c45c", "the changes of session 19 (M004, deflation by bisection)",
+     "not tuned on: recorded once, scored before and after; bundles in tests/fixtures/holdout_f"),
 ]
 
 

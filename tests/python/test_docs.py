@@ -57,6 +57,9 @@ _HOLDOUT_SENTENCES = [
     ("holdout_e", r"without a hardware\s+pass\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain\s+traces\s+(\d+)/\d+, "
                   r"was\s+(\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
+    ("holdout_f", r"not\s+tuned on\): (\d+)/(\d+) primaries and (\d+)/\d+ estimates\s+\(before: "
+                  r"(\d+)/\d+ and (\d+)/\d+; plain traces (\d+)/\d+,\s+was (\d+)/\d+\)",
+     _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
 ]
 
 
