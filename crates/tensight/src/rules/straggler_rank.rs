@@ -58,8 +58,10 @@ NUMA node, or move the rank off a slow node.
 
 ## Thresholds
 Reported when the slowest rank's own work exceeds the median rank's by 5% of the job's
-step. The saving is the job's step model replayed with that rank at the median rank's
-pace (each step: its own work no more than the median's); the others stop waiting.
+step. The saving is the job's step model replayed with that rank's own function removed when
+one is named (its excess time over the others' median, taken off the rank's own work
+each step), else with the rank at the median rank's pace (each step: its own work no
+more than the median's); the others stop waiting.
 
 ## References
 - PyTorch DDP design notes ("Internal Design": gradient buckets and all-reduce).
@@ -70,10 +72,18 @@ pace (each step: its own work no more than the median's); the others stop waitin
 /// Smallest skew reported, % of the job step.
 const MIN_SKEW_PCT: f64 = 5.0;
 
-/// The rank at median pace.
+/// The fix: with the rank's own function named, that function's excess over the others'
+/// median taken off its own work each step (the rest of the skew, other causes and the
+/// profiler's cost on the busier rank, stays); else the rank at the median rank's pace.
 fn change(a: &RanksAnalysis) -> Option<JobChange> {
     let row = a.ranks.iter().position(|r| r.rank == a.slowest_rank)?;
-    Some(JobChange::AtMedianPace(row))
+    Some(match &a.slowest_frame {
+        Some(f) => JobChange::LessOwn(
+            row,
+            ((f.rank_ms - f.others_ms).max(0.0) * 1e6).round() as i64,
+        ),
+        None => JobChange::AtMedianPace(row),
+    })
 }
 
 fn check(ctx: &RanksContext) -> Vec<Finding> {
@@ -89,7 +99,14 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
     let Some(c) = change(a) else {
         return Vec::new();
     };
-    let saving = a.model.saving_ms(&[], c);
+    let row_index = a
+        .ranks
+        .iter()
+        .position(|r| r.rank == a.slowest_rank)
+        .unwrap_or(0);
+    let balanced = a.model.saving_ms(&[], JobChange::AtMedianPace(row_index));
+    let saving = a.model.saving_ms(&[], c).min(balanced);
+    let frame = a.slowest_frame.as_ref();
     let cause = a.slowest_excess.first();
     let mut because = match cause {
         Some(e) => format!(
@@ -100,7 +117,6 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
         ),
         None => String::new(),
     };
-    let frame = a.slowest_frame.as_ref();
     if let Some(f) = frame {
         because += &format!(
             ", {} of it in `{}` ({} on the others)",
@@ -156,10 +172,19 @@ fn check(ctx: &RanksContext) -> Vec<Finding> {
             fmt_ms(skew)
         ),
         saving_ms: saving,
-        estimate: format!(
-            "job step model replayed with rank {} at the median rank's pace",
-            row.rank
-        ),
+        estimate: match frame {
+            Some(f) => format!(
+                "job step model replayed with rank {} doing {} less own work per step (the excess of `{}` over the others' median); at the median rank's pace it would save {}",
+                row.rank,
+                fmt_ms(f.rank_ms - f.others_ms),
+                f.name,
+                fmt_ms(balanced)
+            ),
+            None => format!(
+                "job step model replayed with rank {} at the median rank's pace",
+                row.rank
+            ),
+        },
         evidence,
         explanation: format!(
             "Collectives finish when the last rank joins them. The other ranks' \

@@ -188,6 +188,9 @@ pub struct JobModel {
 pub enum JobChange {
     /// The rank at this row index works at the median rank's pace.
     AtMedianPace(usize),
+    /// The rank at this row index does this much less own work each step (ns): one
+    /// cause of its excess removed.
+    LessOwn(usize, i64),
     /// Every rank's compute is the mean over ranks (per step).
     BalancedCompute,
     /// Every rank's exposed transfer is hidden under compute.
@@ -206,6 +209,7 @@ impl JobModel {
                         let mut col: Vec<i64> = self.own.iter().map(|o| o[s]).collect();
                         own[r][s] = own[r][s].min(median(&mut col));
                     }
+                    JobChange::LessOwn(r, ns) => own[r][s] = (own[r][s] - ns).max(0),
                     JobChange::BalancedCompute => {
                         let mean = self.compute.iter().map(|c| c[s]).sum::<i64>()
                             / self.compute.len().max(1) as i64;
