@@ -21,7 +21,7 @@
 //! each other beyond the one host clock, other ranks (a collective's wait is kept).
 
 use crate::model::{GpuActivity, Profile};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 /// A wait longer than this that neither the launch nor the stream explains is taken as a
 /// wait for another stream (ns).
@@ -115,24 +115,146 @@ pub fn saving_ns(p: &Profile, change: &Change) -> i64 {
     replay(p, change).map_or(0, |r| r.saved_ns())
 }
 
+/// What every replay of one window shares, found once per profile (the diagnosis replays
+/// a dozen changes of the same window): the activities' launches, streams, recorded
+/// delays and cross-stream waits, and the blocking syncs in order. None of it depends on
+/// the change, which alters only durations, host time and which syncs still wait.
+#[derive(Debug)]
+pub struct Skeleton {
+    /// The window it was found for: (first step's start, last step's end, activities,
+    /// runtime calls); a replay of another window finds its own.
+    key: (i64, i64, usize, usize),
+    /// The window's activities: `Profile::gpu[lo..lo + launch.len()]`.
+    lo: usize,
+    /// Per activity: when the host asked for it ([`launch_ns`]).
+    launch: Vec<i64>,
+    /// Per activity: its stream's slot (streams numbered in first-seen order).
+    slot: Vec<u32>,
+    /// Per activity: the delay it showed after what it waited for (launch latency, ns).
+    delay: Vec<i64>,
+    /// Per activity `k`, `deps[dep_at[k]..dep_at[k + 1]]`: the activities of another
+    /// stream it waited for (an event), all ending at the same recorded time.
+    dep_at: Vec<u32>,
+    deps: Vec<u32>,
+    /// Streams in the window.
+    streams: usize,
+    /// Blocking syncs in the window: (start, end, runtime index), by (start, end).
+    syncs: Vec<(i64, i64, u32)>,
+}
+
+impl Skeleton {
+    fn key_of(p: &Profile) -> Option<(i64, i64, usize, usize)> {
+        let (first, last) = (p.steps.first()?, p.steps.last()?);
+        Some((first.start_ns, last.end_ns, p.gpu.len(), p.runtime.len()))
+    }
+
+    /// The skeleton of `p`'s analysed steps; `None` without steps or GPU activity.
+    fn new(p: &Profile) -> Option<Skeleton> {
+        let key = Skeleton::key_of(p)?;
+        let (from, to) = (key.0, key.1);
+        let lo = p.gpu.partition_point(|g| g.ts_ns < from);
+        let hi = p.gpu.partition_point(|g| g.ts_ns < to);
+        if lo >= hi {
+            return None;
+        }
+        let n = hi - lo;
+        let mut sk = Skeleton {
+            key,
+            lo,
+            launch: Vec::with_capacity(n),
+            slot: Vec::with_capacity(n),
+            delay: Vec::with_capacity(n),
+            dep_at: Vec::with_capacity(n + 1),
+            deps: Vec::new(),
+            streams: 0,
+            syncs: Vec::new(),
+        };
+        // Per stream (device, stream), in first-seen order (few: a list): the last
+        // activity's recorded end, and (recorded end, activity) of those seen so far,
+        // sorted (ends come nearly in order: an insert is almost always a push).
+        let mut streams: Vec<((i64, i64), i64, Vec<(i64, u32)>)> = Vec::new();
+        sk.dep_at.push(0);
+        for k in 0..n {
+            let g = &p.gpu[lo + k];
+            let launch = launch_ns(p, g);
+            let key = (g.device, g.stream);
+            let at = match streams.iter().position(|s| s.0 == key) {
+                Some(at) => at,
+                None => {
+                    streams.push((key, i64::MIN, Vec::new()));
+                    streams.len() - 1
+                }
+            };
+            let mut ready = launch.max(streams[at].1);
+            if g.ts_ns - ready > DEP_MIN_NS {
+                // An unexplained wait: the activity waited for another stream (an event).
+                // Take the other stream of this device whose work ended last before it
+                // started: all its activities that ended then.
+                let dep = streams
+                    .iter()
+                    .filter(|(s, _, _)| s.0 == g.device && *s != key)
+                    .filter_map(|(s, _, ends)| {
+                        let upto = ends.partition_point(|e| e.0 <= g.ts_ns + SKEW_NS);
+                        let (end, _) = *ends[..upto].last()?;
+                        (end >= ready).then(|| {
+                            let from = ends[..upto].partition_point(|e| e.0 < end);
+                            (end, &ends[from..upto], *s)
+                        })
+                    })
+                    .max_by_key(|&(end, _, s)| (end, std::cmp::Reverse(s)));
+                if let Some((end, on, _)) = dep {
+                    ready = ready.max(end);
+                    sk.deps.extend(on.iter().map(|e| e.1));
+                }
+            }
+            sk.dep_at.push(sk.deps.len() as u32);
+            sk.launch.push(launch);
+            sk.slot.push(at as u32);
+            sk.delay.push((g.ts_ns - ready).max(0));
+            let s = &mut streams[at];
+            s.1 = s.1.max(g.end_ns());
+            let e = (g.end_ns(), k as u32);
+            let i = s.2.partition_point(|x| x.0 <= e.0);
+            s.2.insert(i, e);
+        }
+        sk.streams = streams.len();
+        sk.syncs = p
+            .blocking_calls()
+            .iter()
+            .map(|&i| (i, &p.runtime[i as usize]))
+            .filter(|(_, r)| r.ts_ns >= from && r.ts_ns < to)
+            .map(|(i, r)| (r.ts_ns, r.end_ns(), i))
+            .collect();
+        sk.syncs.sort_unstable_by_key(|s| (s.0, s.1));
+        Some(sk)
+    }
+}
+
 /// Replay the analysed steps with `change`; `None` without steps or GPU activity.
 pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
+    let key = Skeleton::key_of(p)?;
+    let found;
+    let sk = match p.skeleton.get_or_init(|| Skeleton::new(p)) {
+        Some(sk) if sk.key == key => sk,
+        // The steps changed since the skeleton was found (not in a diagnosis: the
+        // profile is read-only by then): find this window's.
+        _ => {
+            found = Skeleton::new(p)?;
+            &found
+        }
+    };
     let (first, last) = (p.steps.first()?, p.steps.last()?);
-    let lo = p.gpu.partition_point(|g| g.ts_ns < first.start_ns);
-    let hi = p.gpu.partition_point(|g| g.ts_ns < last.end_ns);
-    if lo >= hi {
-        return None;
-    }
+    let (lo, n) = (sk.lo, sk.launch.len());
     // The new durations as a dense table over the window (a hash lookup per activity
     // costs more than building it).
-    let mut dense: Vec<Option<i64>> = vec![None; hi - lo];
+    let mut dense: Vec<Option<i64>> = vec![None; n];
     for (&gi, &d) in &change.durations {
         if let Some(x) = (gi as usize).checked_sub(lo).and_then(|i| dense.get_mut(i)) {
             *x = Some(d);
         }
     }
     // Graph members: the group's first launch.
-    let mut graph_launch: Vec<Option<i64>> = vec![None; hi - lo];
+    let mut graph_launch: Vec<Option<i64>> = vec![None; n];
     for g in &change.graphs {
         let first_launch = g.iter().map(|&i| launch_ns(p, &p.gpu[i as usize])).min();
         if let Some(t) = first_launch {
@@ -147,30 +269,26 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         }
     }
     let cuts = Cuts::new(&change.host_cuts, &change.host_points);
-    // Blocking syncs in the window, by start.
-    let mut syncs: Vec<(i64, i64, bool)> = p
-        .blocking_calls()
-        .iter()
-        .map(|&i| (i, &p.runtime[i as usize]))
-        .filter(|(_, r)| r.ts_ns >= first.start_ns && r.ts_ns < last.end_ns)
-        .map(|(i, r)| (r.ts_ns, r.end_ns(), change.unsynced.contains(&i)))
-        .collect();
     // A sync inside removed host time is removed with it (the copy it waited out, the
     // `.cpu()` of a round trip, is no longer made).
-    syncs.retain(|&(a, b, _)| !cuts.covers(a, b));
-    syncs.sort_unstable_by_key(|s| (s.0, s.1));
+    let syncs: Vec<(i64, i64, bool)> = sk
+        .syncs
+        .iter()
+        .filter(|&&(a, b, _)| !cuts.covers(a, b))
+        .map(|&(a, b, i)| (a, b, change.unsynced.contains(&i)))
+        .collect();
     let mut next_sync = 0;
 
     // How much earlier than recorded the host runs, beyond the removed host time.
     let mut sync_shift: i64 = 0;
-    // Per stream (device, stream), in first-seen order (few: a list): the last
-    // activity's (orig end, new end), and every activity's (orig end → new end) for
-    // cross-stream waits.
-    let mut streams: Vec<StreamState> = Vec::new();
+    // Per stream slot: the last activity's new end; per activity: its new end (for the
+    // activities that wait for it on another stream).
+    let mut stream_end = vec![i64::MIN; sk.streams];
+    let mut new_end = vec![i64::MIN; n];
     let (mut orig_end_all, mut new_end_all) = (i64::MIN, i64::MIN);
-    for gi in lo..hi {
-        let g = &p.gpu[gi];
-        let launch = launch_ns(p, g);
+    for k in 0..n {
+        let g = &p.gpu[lo + k];
+        let launch = sk.launch[k];
         // Syncs that returned before this activity was launched waited for everything
         // processed so far (activities are processed in start order).
         while next_sync < syncs.len() && syncs[next_sync].1 <= launch {
@@ -183,51 +301,25 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
             );
             next_sync += 1;
         }
-        let key = (g.device, g.stream);
-        let at = match streams.iter().position(|s| s.0 == key) {
-            Some(at) => at,
-            None => {
-                streams.push((key, (i64::MIN, i64::MIN), BTreeMap::new()));
-                streams.len() - 1
-            }
-        };
-        let (prev_orig, prev_new) = streams[at].1;
-        let mut ready_orig = launch.max(prev_orig);
-        let mut dep_new = i64::MIN;
-        if g.ts_ns - ready_orig > DEP_MIN_NS {
-            // An unexplained wait: the activity waited for another stream (an event). Take
-            // the other stream of this device whose work ended last before it started.
-            let dep = streams
-                .iter()
-                .filter(|(k, _, m)| k.0 == g.device && *k != key && !m.is_empty())
-                .filter_map(|(k, _, m)| {
-                    m.range(ready_orig..=g.ts_ns + SKEW_NS)
-                        .next_back()
-                        .map(|(&oe, &ne)| (oe, ne, *k))
-                })
-                .max_by_key(|&(oe, _, k)| (oe, std::cmp::Reverse(k)));
-            if let Some((oe, ne, _)) = dep {
-                ready_orig = ready_orig.max(oe);
-                dep_new = ne;
-            }
-        }
-        let (host_at, delay) = match graph_launch[gi - lo] {
+        let slot = sk.slot[k] as usize;
+        let prev_new = stream_end[slot];
+        let dep_new = sk.deps[sk.dep_at[k] as usize..sk.dep_at[k + 1] as usize]
+            .iter()
+            .map(|&j| new_end[j as usize])
+            .max()
+            .unwrap_or(i64::MIN);
+        let (host_at, delay) = match graph_launch[k] {
             Some(t) => (t - sync_shift - cuts.before(t), GRAPH_GAP_NS),
-            None => (
-                launch - sync_shift - cuts.before(launch),
-                (g.ts_ns - ready_orig).max(0),
-            ),
+            None => (launch - sync_shift - cuts.before(launch), sk.delay[k]),
         };
-        let dur = dense[gi - lo].unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
+        let dur = dense[k].unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
         // An activity the change removes (duration 0) is not there: no launch latency
         // or gap before it either (fused kernels run back to back as one).
-        let delay = if dense[gi - lo] == Some(0) { 0 } else { delay };
+        let delay = if dense[k] == Some(0) { 0 } else { delay };
         let start = host_at.max(prev_new).max(dep_new) + delay;
         let end = start + dur;
-        let s = &mut streams[at];
-        s.1 = (g.end_ns().max(prev_orig), end.max(prev_new));
-        let e = s.2.entry(g.end_ns()).or_insert(end);
-        *e = (*e).max(end);
+        stream_end[slot] = end.max(prev_new);
+        new_end[k] = end;
         orig_end_all = orig_end_all.max(g.end_ns());
         new_end_all = new_end_all.max(end);
     }
@@ -253,10 +345,6 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         after_ns: new - start,
     })
 }
-
-/// One stream in [`replay`]: its (device, stream), its last activity's (orig end, new
-/// end), and every activity's orig end → new end.
-type StreamState = ((i64, i64), (i64, i64), BTreeMap<i64, i64>);
 
 /// The host's advance after a blocking sync over `[a, b)` (`unsynced`: it no longer
 /// waits), beyond the removed host time. It waited for the GPU work recorded so far

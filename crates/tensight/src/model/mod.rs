@@ -45,6 +45,10 @@ pub struct Profile {
     /// order: found on first use (the replay asks for every change it replays).
     #[serde(skip)]
     pub blocking: std::sync::OnceLock<Vec<u32>>,
+    /// What every what-if replay of the analysed steps shares
+    /// ([`crate::analysis::simulate::Skeleton`]): found on first use.
+    #[serde(skip)]
+    pub skeleton: std::sync::OnceLock<Option<crate::analysis::simulate::Skeleton>>,
     /// The host-side collectives ([`Profile::host_collectives`]): found on first use.
     #[serde(skip)]
     pub host_comm: std::sync::OnceLock<Vec<u32>>,
