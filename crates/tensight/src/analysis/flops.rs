@@ -173,6 +173,12 @@ pub fn parse_dims(raw: &str) -> Vec<Vec<i64>> {
 /// become `""` so positions stay aligned; input that is not a JSON list gives an empty
 /// vector. Never panics.
 pub fn parse_types(raw: &str) -> Vec<String> {
+    Cursor::new(raw)
+        .strings()
+        .unwrap_or_else(|| serde_types(raw))
+}
+
+fn serde_types(raw: &str) -> Vec<String> {
     match serde_json::from_str::<Value>(raw) {
         Ok(Value::Array(items)) => items
             .into_iter()
@@ -336,6 +342,7 @@ pub fn min_bytes_elementwise(op: &CpuOp) -> Option<f64> {
 // Parsing
 
 /// One entry of `Input Dims`.
+#[derive(Debug, PartialEq)]
 enum Arg {
     /// A tensor's shape, or `[]` for a 0-d tensor or a non-tensor argument.
     Shape(Vec<i64>),
@@ -346,9 +353,140 @@ enum Arg {
 }
 
 fn parse_args(raw: &str) -> Vec<Arg> {
+    Cursor::new(raw).args().unwrap_or_else(|| serde_args(raw))
+}
+
+fn serde_args(raw: &str) -> Vec<Arg> {
     match serde_json::from_str::<Value>(raw) {
         Ok(Value::Array(items)) => items.iter().map(arg_of).collect(),
         _ => Vec::new(),
+    }
+}
+
+/// The fast path of [`parse_args`] and [`parse_types`] (they run on every op of a
+/// trace with shapes): the lists as Kineto writes them, read without building a JSON
+/// value. Anything else (floats, escapes, mixed or deeper lists, invalid JSON) answers
+/// `None` and serde decides, so the result is always serde's.
+struct Cursor<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(raw: &'a str) -> Cursor<'a> {
+        Cursor {
+            b: raw.as_bytes(),
+            i: 0,
+        }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    /// The next byte after whitespace, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    /// `[item, item, ...]` with `item` reading one element; then the end of input when
+    /// `top`.
+    fn list<T>(
+        &mut self,
+        top: bool,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.i += 1;
+        } else {
+            loop {
+                out.push(item(self)?);
+                match self.peek()? {
+                    b',' => self.i += 1,
+                    b']' => {
+                        self.i += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        if top && self.peek().is_some() {
+            return None;
+        }
+        Some(out)
+    }
+
+    /// An integer that serde reads as an `i64` (at most 18 digits, no fraction or
+    /// exponent, no leading zero).
+    fn int(&mut self) -> Option<i64> {
+        self.ws();
+        let neg = self.b.get(self.i) == Some(&b'-');
+        if neg {
+            self.i += 1;
+        }
+        let start = self.i;
+        let mut v: i64 = 0;
+        while let Some(&d @ b'0'..=b'9') = self.b.get(self.i) {
+            v = v * 10 + i64::from(d - b'0');
+            self.i += 1;
+        }
+        let n = self.i - start;
+        if n == 0 || n > 18 || (n > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        if let Some(b'.' | b'e' | b'E') = self.b.get(self.i) {
+            return None;
+        }
+        match (neg, v) {
+            (true, 0) => None, // serde reads `-0` as a float
+            (true, v) => Some(-v),
+            (false, v) => Some(v),
+        }
+    }
+
+    /// `Input Dims`: a list of shapes (integer lists) and lists of shapes.
+    fn args(&mut self) -> Option<Vec<Arg>> {
+        self.list(true, |c| {
+            if c.peek()? != b'[' {
+                return None;
+            }
+            let at = c.i;
+            c.i += 1;
+            let nested = c.peek()? == b'[';
+            c.i = at;
+            if nested {
+                c.list(false, |c| c.list(false, Cursor::int)).map(Arg::List)
+            } else {
+                c.list(false, Cursor::int).map(Arg::Shape)
+            }
+        })
+    }
+
+    /// `Input type` or `Concrete Inputs`: a list of strings without escapes.
+    fn strings(&mut self) -> Option<Vec<String>> {
+        self.list(true, |c| {
+            c.eat(b'"')?;
+            let start = c.i;
+            let len = c.b[start..]
+                .iter()
+                .position(|&x| x == b'"' || x == b'\\' || x < 0x20)?;
+            c.i = start + len + 1;
+            (c.b[start + len] == b'"').then_some(())?;
+            // The bytes between two ASCII quotes of a `&str` are valid UTF-8.
+            std::str::from_utf8(&c.b[start..start + len])
+                .ok()
+                .map(str::to_string)
+        })
     }
 }
 
@@ -1327,7 +1465,82 @@ mod tests {
             .prop_map(|v| serde_json::to_string(&v).unwrap_or_default())
     }
 
+    /// Pieces of `Input Dims` and `Input type` as Kineto writes them, and of what it
+    /// does not (floats, escapes, `-0`, leading zeros, control characters, literals).
+    fn json_ish() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("["),
+            Just("]"),
+            Just(","),
+            Just(", "),
+            Just(" "),
+            Just("\n"),
+            Just("\t"),
+            Just("0"),
+            Just("7"),
+            Just("-3"),
+            Just("-0"),
+            Just("01"),
+            Just("1.5"),
+            Just("2e3"),
+            Just("123456789012345678"),
+            Just("1234567890123456789"),
+            Just("-"),
+            Just("null"),
+            Just("\"float\""),
+            Just("\"\""),
+            Just("\"a\\\"b\""),
+            Just("\"x\ny\""),
+            Just("\"é\""),
+            Just("\"[1, 2]\""),
+            Just("\"")
+        ];
+        proptest::collection::vec(piece, 0..24).prop_map(|v| v.concat())
+    }
+
+    #[test]
+    fn kineto_lists_take_the_fast_path() {
+        let dims = "[[2048, 768], [768], [], [[1, 2], [3]], [-1]]";
+        assert_eq!(
+            Cursor::new(dims).args(),
+            Some(vec![
+                Arg::Shape(vec![2048, 768]),
+                Arg::Shape(vec![768]),
+                Arg::Shape(vec![]),
+                Arg::List(vec![vec![1, 2], vec![3]]),
+                Arg::Shape(vec![-1]),
+            ])
+        );
+        let types = r#"["float", "", "Scalar", "[1, 1]"]"#;
+        assert_eq!(
+            Cursor::new(types).strings(),
+            Some(vec![
+                "float".into(),
+                "".into(),
+                "Scalar".into(),
+                "[1, 1]".into()
+            ])
+        );
+        // Left to serde: a float, an escape, `-0`, trailing bytes.
+        for odd in ["[[1.5]]", "[[-0]]", "[[1]] x", "[[1], 2]"] {
+            assert_eq!(Cursor::new(odd).args(), None, "{odd}");
+        }
+        assert_eq!(Cursor::new(r#"["a\"b"]"#).strings(), None);
+    }
+
     proptest! {
+        #[test]
+        fn the_fast_path_reads_what_serde_reads(s in json_ish(), dims in shapes()) {
+            for s in [s.as_str(), dims.as_str()] {
+                if let Some(fast) = Cursor::new(s).args() {
+                    prop_assert_eq!(fast, serde_args(s), "{:?}", s);
+                }
+                if let Some(fast) = Cursor::new(s).strings() {
+                    prop_assert_eq!(fast, serde_types(s), "{:?}", s);
+                }
+            }
+        }
+
         #[test]
         fn parsing_never_panics(s in ".*") {
             let _ = parse_dims(&s);
