@@ -133,9 +133,13 @@ pub struct Skeleton {
     /// Per activity: the delay it showed after what it waited for (launch latency, ns).
     delay: Vec<i64>,
     /// Per activity `k`, `deps[dep_at[k]..dep_at[k + 1]]`: the activities of another
-    /// stream it waited for (an event), all ending at the same recorded time.
+    /// stream it waited for (an event), all ending at the same recorded time, as
+    /// positions in `targets`.
     dep_at: Vec<u32>,
     deps: Vec<u32>,
+    /// The activities some other one waits for, in order: the replay keeps their new
+    /// ends only.
+    targets: Vec<u32>,
     /// Streams in the window.
     streams: usize,
     /// Blocking syncs in the window: (start, end, runtime index), by (start, end).
@@ -166,6 +170,7 @@ impl Skeleton {
             delay: Vec::with_capacity(n),
             dep_at: Vec::with_capacity(n + 1),
             deps: Vec::new(),
+            targets: Vec::new(),
             streams: 0,
             syncs: Vec::new(),
         };
@@ -218,6 +223,12 @@ impl Skeleton {
             s.2.insert(i, e);
         }
         sk.streams = streams.len();
+        sk.targets = sk.deps.clone();
+        sk.targets.sort_unstable();
+        sk.targets.dedup();
+        for d in &mut sk.deps {
+            *d = sk.targets.partition_point(|&t| t < *d) as u32;
+        }
         sk.syncs = p
             .blocking_calls()
             .iter()
@@ -245,29 +256,28 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
     };
     let (first, last) = (p.steps.first()?, p.steps.last()?);
     let (lo, n) = (sk.lo, sk.launch.len());
-    // The new durations as a dense table over the window (a hash lookup per activity
-    // costs more than building it).
-    let mut dense: Vec<Option<i64>> = vec![None; n];
-    for (&gi, &d) in &change.durations {
-        if let Some(x) = (gi as usize).checked_sub(lo).and_then(|i| dense.get_mut(i)) {
-            *x = Some(d);
-        }
-    }
-    // Graph members: the group's first launch.
-    let mut graph_launch: Vec<Option<i64>> = vec![None; n];
+    // The new durations and graph launches of the window's activities, by activity:
+    // walked in step with it (a hash lookup per activity, or a dense table of the window
+    // per replay, costs more).
+    let in_window = |i: u32| (i as usize).checked_sub(lo).filter(|&k| k < n);
+    let mut durations: Vec<(usize, i64)> = change
+        .durations
+        .iter()
+        .filter_map(|(&i, &d)| Some((in_window(i)?, d)))
+        .collect();
+    durations.sort_unstable();
+    let mut graph_launch: Vec<(usize, i64)> = Vec::new();
     for g in &change.graphs {
         let first_launch = g.iter().map(|&i| launch_ns(p, &p.gpu[i as usize])).min();
         if let Some(t) = first_launch {
-            for &i in g {
-                if let Some(x) = (i as usize)
-                    .checked_sub(lo)
-                    .and_then(|k| graph_launch.get_mut(k))
-                {
-                    *x = Some(t);
-                }
-            }
+            graph_launch.extend(g.iter().filter_map(|&i| Some((in_window(i)?, t))));
         }
     }
+    // A member of two groups takes the later-listed group's launch, as before.
+    graph_launch.reverse();
+    graph_launch.sort_by_key(|x| x.0);
+    graph_launch.dedup_by_key(|x| x.0);
+    let (mut next_dur, mut next_graph) = (0, 0);
     let cuts = Cuts::new(&change.host_cuts, &change.host_points);
     // A sync inside removed host time is removed with it (the copy it waited out, the
     // `.cpu()` of a round trip, is no longer made).
@@ -281,10 +291,11 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
 
     // How much earlier than recorded the host runs, beyond the removed host time.
     let mut sync_shift: i64 = 0;
-    // Per stream slot: the last activity's new end; per activity: its new end (for the
-    // activities that wait for it on another stream).
+    // Per stream slot: the last activity's new end; the new ends of the activities that
+    // others wait for.
     let mut stream_end = vec![i64::MIN; sk.streams];
-    let mut new_end = vec![i64::MIN; n];
+    let mut target_end = vec![i64::MIN; sk.targets.len()];
+    let mut next_target = 0;
     let (mut orig_end_all, mut new_end_all) = (i64::MIN, i64::MIN);
     for k in 0..n {
         let g = &p.gpu[lo + k];
@@ -305,21 +316,38 @@ pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
         let prev_new = stream_end[slot];
         let dep_new = sk.deps[sk.dep_at[k] as usize..sk.dep_at[k + 1] as usize]
             .iter()
-            .map(|&j| new_end[j as usize])
+            .map(|&j| target_end[j as usize])
             .max()
             .unwrap_or(i64::MIN);
-        let (host_at, delay) = match graph_launch[k] {
+        let graph = match graph_launch.get(next_graph) {
+            Some(&(at, t)) if at == k => {
+                next_graph += 1;
+                Some(t)
+            }
+            _ => None,
+        };
+        let new_dur = match durations.get(next_dur) {
+            Some(&(at, d)) if at == k => {
+                next_dur += 1;
+                Some(d)
+            }
+            _ => None,
+        };
+        let (host_at, delay) = match graph {
             Some(t) => (t - sync_shift - cuts.before(t), GRAPH_GAP_NS),
             None => (launch - sync_shift - cuts.before(launch), sk.delay[k]),
         };
-        let dur = dense[k].unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
+        let dur = new_dur.unwrap_or(g.dur_ns).clamp(0, g.dur_ns.max(0));
         // An activity the change removes (duration 0) is not there: no launch latency
         // or gap before it either (fused kernels run back to back as one).
-        let delay = if dense[k] == Some(0) { 0 } else { delay };
+        let delay = if new_dur == Some(0) { 0 } else { delay };
         let start = host_at.max(prev_new).max(dep_new) + delay;
         let end = start + dur;
         stream_end[slot] = end.max(prev_new);
-        new_end[k] = end;
+        if sk.targets.get(next_target) == Some(&(k as u32)) {
+            target_end[next_target] = end;
+            next_target += 1;
+        }
         orig_end_all = orig_end_all.max(g.end_ns());
         new_end_all = new_end_all.max(end);
     }
