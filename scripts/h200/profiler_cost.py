@@ -6,7 +6,8 @@ option, on the device machine (issue 11, "find where the collector's cost goes")
 For each workload: steps timed with CUDA events (median), first without a profiler, then
 inside a running ``torch.profiler.profile`` with one option set each (CPU+CUDA activities
 only; + record_shapes; + with_stack; + profile_memory; + with_modules; all four; the
-execution-trace observer alone), then again without a profiler (what a profile that
+execution-trace observer alone; CUDA activity only; CPU activity only; without
+external correlation), then again without a profiler (what a profile that
 stopped leaves behind). Nothing is exported: only the cost while recording is measured.
 Prints a table (median step ms, and the ratio to the unprofiled step) and writes the
 numbers as JSON.
@@ -122,6 +123,11 @@ CONFIGS: list[tuple[str, dict[str, Any] | None]] = [
     ("all", FULL),
     ("shapes+memory", {"record_shapes": True, "profile_memory": True}),
     ("et", {"et": True}),
+    # Which half of "activities" costs: the CPU ops (RecordFunction callbacks) or CUPTI's
+    # runtime and kernel records; and Kineto's external correlation of the two.
+    ("cuda only", {"activities": "cuda"}),
+    ("cpu only", {"activities": "cpu"}),
+    ("no ext corr", {"experimental": {"disable_external_correlation": True}}),
     ("none after", None),
 ]
 
@@ -166,7 +172,19 @@ def measure(name: str, steps: int, dev: torch.device) -> dict[str, float]:
             et.stop()
             et.unregister_callback()
         else:
-            with profile(activities=acts, **opts):
+            opts = dict(opts)
+            which = opts.pop("activities", None)
+            use = {"cuda": [ProfilerActivity.CUDA], "cpu": [ProfilerActivity.CPU]}.get(
+                which, acts) if dev.type == "cuda" else acts
+            if "experimental" in opts:
+                try:
+                    from torch._C._profiler import _ExperimentalConfig
+                    opts["experimental_config"] = _ExperimentalConfig(**opts.pop("experimental"))
+                except (ImportError, TypeError) as e:  # an older torch: say so, skip
+                    print(f"  {name} {label}: not available ({e})", file=sys.stderr)
+                    out[label] = float("nan")
+                    continue
+            with profile(activities=use, **opts):
                 out[label] = median(timed(step, steps, dev))
         print(f"  {name} {label}: {out[label]:.3f} ms", file=sys.stderr, flush=True)
     return out
