@@ -291,21 +291,34 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         data_loader: ms(idle.data_loader_ns) / n,
     };
 
-    let ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), (compute, roofline_points))) =
-        rayon::join(
-            || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
-            || {
-                rayon::join(
-                    || op_times(p, &timeline),
-                    || {
-                        let (lo, hi) = window(p);
-                        let ops = op_roofline::flop_ops(p, lo, hi);
-                        let stats = compute_stats(p, &timeline, &ops);
-                        (stats, op_roofline::points(p, &timeline, &ops))
-                    },
-                )
-            },
-        );
+    // Independent reads of the model and the timeline: in parallel.
+    let (
+        ((kernels, tensors), ((top_ops_gpu, top_ops_cpu), (compute, roofline_points))),
+        (held_back, step_view),
+    ) = rayon::join(
+        || {
+            rayon::join(
+                || rayon::join(|| kernel_stats(p, &timeline), || forest::build(p)),
+                || {
+                    rayon::join(
+                        || op_times(p, &timeline),
+                        || {
+                            let (lo, hi) = window(p);
+                            let ops = op_roofline::flop_ops(p, lo, hi);
+                            let stats = compute_stats(p, &timeline, &ops);
+                            (stats, op_roofline::points(p, &timeline, &ops))
+                        },
+                    )
+                },
+            )
+        },
+        || {
+            rayon::join(
+                || held_back::of(p, &timeline),
+                || step_view::representative(p, &timeline),
+            )
+        },
+    );
     let device = p.main_device().map(|d| DeviceSummary {
         name: d.name.clone(),
         num_sms: d.num_sms,
@@ -316,8 +329,7 @@ pub fn analyze(p: &Profile) -> RunMetrics {
         .as_ref()
         .and_then(|d| d.ceilings.as_ref())
         .and_then(|c| roofline(c, &compute, busy));
-    let held_back = held_back::of(p, &timeline);
-    let step_view = step_view::representative(p, &timeline);
+
     RunMetrics {
         held_back,
         roofline_points,

@@ -11,6 +11,7 @@
 use super::timeline::{overlap, Timeline};
 use crate::model::{CopyDir, GpuKind, OpKind, Profile, RuntimeKind};
 use serde::Serialize;
+use std::borrow::Cow;
 
 /// Most spans one lane keeps (the longest, when there are more).
 pub const MAX_SPANS: usize = 1500;
@@ -115,13 +116,18 @@ pub fn representative(p: &Profile, t: &Timeline) -> Option<StepView> {
     let lo = s.start_ns.min(s.host_start_ns);
     let hi = s.end_ns.max(s.cpu_end_ns).max(lo + 1);
     let px = ((hi - lo) / RESOLUTION).max(1);
-    let mut lanes = host_lanes(p, s.host_start_ns, host_end, lo);
-    lanes.push(sync_lane(p, t, si, lo));
-    lanes.extend(stream_lanes(p, s.start_ns, s.end_ns, lo));
-    lanes.push(idle_lane(p, t, s.start_ns, s.end_ns, lo));
-    for lane in &mut lanes {
-        lane.spans = merge_small(std::mem::take(&mut lane.spans), px);
-    }
+    let mut raw = host_lanes(p, s.host_start_ns, host_end, lo);
+    raw.push(sync_lane(p, t, si, lo));
+    raw.extend(stream_lanes(p, s.start_ns, s.end_ns, lo));
+    raw.push(idle_lane(p, t, s.start_ns, s.end_ns, lo));
+    let mut lanes: Vec<Lane> = raw
+        .into_iter()
+        .map(|l| Lane {
+            label: l.label,
+            kind: l.kind,
+            spans: merge_small(l.bars, px),
+        })
+        .collect();
     lanes.retain(|l| !l.spans.is_empty() || l.kind == LaneKind::Idle);
     Some(StepView {
         step: si,
@@ -137,19 +143,42 @@ pub fn representative(p: &Profile, t: &Timeline) -> Option<StepView> {
     })
 }
 
-fn span(start: i64, end: i64, lo: i64, kind: SpanKind, name: &str) -> Span {
-    Span {
+/// A span before merging, its name borrowed from the model where it can be (a step
+/// holds up to millions of them, of which a lane keeps [`MAX_SPANS`]).
+struct Bar<'a> {
+    start_ns: i64,
+    dur_ns: i64,
+    kind: SpanKind,
+    name: Cow<'a, str>,
+    merged: u32,
+}
+
+/// A lane before merging.
+struct RawLane<'a> {
+    label: String,
+    kind: LaneKind,
+    bars: Vec<Bar<'a>>,
+}
+
+fn span<'a>(
+    start: i64,
+    end: i64,
+    lo: i64,
+    kind: SpanKind,
+    name: impl Into<Cow<'a, str>>,
+) -> Bar<'a> {
+    Bar {
         start_ns: start - lo,
         dur_ns: (end - start).max(0),
         kind,
-        name: name.to_string(),
+        name: name.into(),
         merged: 1,
     }
 }
 
 /// Each host thread's outermost ops that start in `[from, to)`.
-fn host_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
-    let mut lanes: Vec<((i64, i64), Lane)> = Vec::new();
+fn host_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<RawLane<'_>> {
+    let mut lanes: Vec<((i64, i64), RawLane<'_>)> = Vec::new();
     for o in &p.ops {
         if o.kind != OpKind::Op || o.ts_ns < from || o.ts_ns >= to {
             continue;
@@ -174,62 +203,62 @@ fn host_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
                     Some(t) => format!("thread {} ({})", o.tid, t.name),
                     None => format!("thread {}", o.tid),
                 };
-                let lane = Lane {
+                let lane = RawLane {
                     label,
                     kind: LaneKind::Host,
-                    spans: Vec::new(),
+                    bars: Vec::new(),
                 };
                 lanes.push((key, lane));
                 lanes.len() - 1
             }
         };
-        let sp = span(o.ts_ns, o.end_ns(), lo, SpanKind::Op, &o.name);
-        lanes[at].1.spans.push(sp);
+        let sp = span(o.ts_ns, o.end_ns(), lo, SpanKind::Op, &*o.name);
+        lanes[at].1.bars.push(sp);
     }
     lanes.sort_by_key(|(k, _)| *k);
-    let mut out: Vec<Lane> = lanes.into_iter().map(|(_, l)| l).collect();
+    let mut out: Vec<RawLane<'_>> = lanes.into_iter().map(|(_, l)| l).collect();
     for l in &mut out {
-        l.spans.sort_by_key(|s| s.start_ns);
+        l.bars.sort_by_key(|s| s.start_ns);
     }
     out
 }
 
 /// The step's host-blocking syncs (the timeline's), on one lane.
-fn sync_lane(p: &Profile, t: &Timeline, si: usize, lo: i64) -> Lane {
+fn sync_lane<'a>(p: &'a Profile, t: &Timeline, si: usize, lo: i64) -> RawLane<'a> {
     let spans = t
         .syncs
         .iter()
         .filter(|sp| sp.step == si)
         .map(|sp| {
             let r = &p.runtime[sp.runtime as usize];
-            let name = match sp.op {
-                Some(op) => format!("{} in {}", r.name, p.ops[op as usize].name),
-                None => r.name.to_string(),
+            let name: Cow<'a, str> = match sp.op {
+                Some(op) => format!("{} in {}", r.name, p.ops[op as usize].name).into(),
+                None => (*r.name).into(),
             };
-            span(sp.ts_ns, sp.ts_ns + sp.dur_ns, lo, SpanKind::Sync, &name)
+            span(sp.ts_ns, sp.ts_ns + sp.dur_ns, lo, SpanKind::Sync, name)
         })
         .collect();
-    Lane {
+    RawLane {
         label: "host syncs".into(),
         kind: LaneKind::Syncs,
-        spans,
+        bars: spans,
     }
 }
 
 /// One lane per (device, stream) with the GPU work that starts in `[from, to)`.
-fn stream_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
+fn stream_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<RawLane<'_>> {
     let a = p.gpu.partition_point(|g| g.ts_ns < from);
     let b = p.gpu.partition_point(|g| g.ts_ns < to);
-    let mut lanes: Vec<((i64, i64), Lane)> = Vec::new();
+    let mut lanes: Vec<((i64, i64), RawLane<'_>)> = Vec::new();
     for g in &p.gpu[a..b] {
         let key = (g.device, g.stream);
         let at = match lanes.iter().position(|(k, _)| *k == key) {
             Some(i) => i,
             None => {
-                let lane = Lane {
+                let lane = RawLane {
                     label: format!("GPU {} stream {}", g.device, g.stream),
                     kind: LaneKind::Stream,
-                    spans: Vec::new(),
+                    bars: Vec::new(),
                 };
                 lanes.push((key, lane));
                 lanes.len() - 1
@@ -244,8 +273,8 @@ fn stream_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
                 _ => SpanKind::CopyD2d,
             },
         };
-        let sp = span(g.ts_ns, g.end_ns(), lo, kind, &g.name);
-        lanes[at].1.spans.push(sp);
+        let sp = span(g.ts_ns, g.end_ns(), lo, kind, &*g.name);
+        lanes[at].1.bars.push(sp);
     }
     lanes.sort_by_key(|(k, _)| *k);
     lanes.into_iter().map(|(_, l)| l).collect()
@@ -253,7 +282,7 @@ fn stream_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<Lane> {
 
 /// The timeline's idle gaps inside `[from, to)`, each coloured by its cause: a sync's
 /// drain, else the larger of the host's memcpy and DataLoader time in it, else the CPU.
-fn idle_lane(p: &Profile, t: &Timeline, from: i64, to: i64, lo: i64) -> Lane {
+fn idle_lane(p: &Profile, t: &Timeline, from: i64, to: i64, lo: i64) -> RawLane<'static> {
     let memcpy: Vec<(i64, i64)> = p
         .runtime
         .iter()
@@ -284,17 +313,17 @@ fn idle_lane(p: &Profile, t: &Timeline, from: i64, to: i64, lo: i64) -> Lane {
         };
         spans.push(span(g0, g1, lo, kind, "GPU idle"));
     }
-    Lane {
+    RawLane {
         label: "GPU idle".into(),
         kind: LaneKind::Idle,
-        spans,
+        bars: spans,
     }
 }
 
 /// Merge runs of spans of one kind shorter than `px` that are less than `px` apart; then
 /// keep the [`MAX_SPANS`] longest.
-fn merge_small(spans: Vec<Span>, px: i64) -> Vec<Span> {
-    let mut out: Vec<Span> = Vec::with_capacity(spans.len());
+fn merge_small(spans: Vec<Bar<'_>>, px: i64) -> Vec<Span> {
+    let mut out: Vec<Bar<'_>> = Vec::with_capacity(spans.len());
     for s in spans {
         if let Some(last) = out.last_mut() {
             let end = last.start_ns + last.dur_ns;
@@ -307,16 +336,25 @@ fn merge_small(spans: Vec<Span>, px: i64) -> Vec<Span> {
         }
         out.push(s);
     }
-    // A merged span is named for its count, once it is known.
-    for s in out.iter_mut().filter(|s| s.merged > 1) {
-        s.name = format!("{} {}", s.merged, plural(s.kind));
-    }
     if out.len() > MAX_SPANS {
         out.sort_by_key(|s| std::cmp::Reverse(s.dur_ns));
         out.truncate(MAX_SPANS);
         out.sort_by_key(|s| s.start_ns);
     }
-    out
+    // A merged span is named for its count, once it is known.
+    out.into_iter()
+        .map(|s| Span {
+            start_ns: s.start_ns,
+            dur_ns: s.dur_ns,
+            kind: s.kind,
+            name: if s.merged > 1 {
+                format!("{} {}", s.merged, plural(s.kind))
+            } else {
+                s.name.into_owned()
+            },
+            merged: s.merged,
+        })
+        .collect()
 }
 
 fn plural(k: SpanKind) -> &'static str {
@@ -334,7 +372,7 @@ fn plural(k: SpanKind) -> &'static str {
 mod tests {
     use super::*;
 
-    fn sp(start: i64, dur: i64) -> Span {
+    fn sp(start: i64, dur: i64) -> Bar<'static> {
         span(start, start + dur, 0, SpanKind::Kernel, "k")
     }
 
