@@ -45,6 +45,9 @@ pub struct Profile {
     /// order: found on first use (the replay asks for every change it replays).
     #[serde(skip)]
     pub blocking: std::sync::OnceLock<Vec<u32>>,
+    /// The device with the most GPU time ([`Profile::main_device`]): found on first use.
+    #[serde(skip)]
+    pub busiest: std::sync::OnceLock<Option<i64>>,
     /// What every what-if replay of the analysed steps shares
     /// ([`crate::analysis::simulate::Skeleton`]): found on first use.
     #[serde(skip)]
@@ -820,14 +823,16 @@ impl Profile {
         if self.meta.devices.is_empty() {
             return None;
         }
-        let mut busy: rustc_hash::FxHashMap<i64, i64> = Default::default();
-        for g in &self.gpu {
-            *busy.entry(g.device).or_default() += g.dur_ns;
-        }
-        let dev = busy
-            .into_iter()
-            .max_by_key(|&(d, t)| (t, -d))
-            .map(|(d, _)| d);
+        // The busiest device, found once (a pass over every GPU activity).
+        let dev = *self.busiest.get_or_init(|| {
+            let mut busy: rustc_hash::FxHashMap<i64, i64> = Default::default();
+            for g in &self.gpu {
+                *busy.entry(g.device).or_default() += g.dur_ns;
+            }
+            busy.into_iter()
+                .max_by_key(|&(d, t)| (t, -d))
+                .map(|(d, _)| d)
+        });
         match dev {
             Some(d) => self
                 .meta
