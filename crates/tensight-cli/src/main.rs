@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(tensight_cli::run(std::env::args_os().collect()));
+    tensight_cli::run_and_exit(std::env::args_os().collect())
 }
