@@ -177,7 +177,7 @@ impl Skeleton {
         // Per stream (device, stream), in first-seen order (few: a list): the last
         // activity's recorded end, and (recorded end, activity) of those seen so far,
         // sorted (ends come nearly in order: an insert is almost always a push).
-        let mut streams: Vec<((i64, i64), i64, Vec<(i64, u32)>)> = Vec::new();
+        let mut streams: Vec<SeenStream> = Vec::new();
         sk.dep_at.push(0);
         for k in 0..n {
             let g = &p.gpu[lo + k];
@@ -240,6 +240,10 @@ impl Skeleton {
         Some(sk)
     }
 }
+
+/// One stream while a [`Skeleton`] is found: its (device, stream), its last activity's
+/// recorded end, and (recorded end, activity) of its activities so far, sorted.
+type SeenStream = ((i64, i64), i64, Vec<(i64, u32)>);
 
 /// Replay the analysed steps with `change`; `None` without steps or GPU activity.
 pub fn replay(p: &Profile, change: &Change) -> Option<Replayed> {
