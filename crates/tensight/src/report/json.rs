@@ -187,14 +187,145 @@ pub const SCHEMA_VERSION: &str = "1.7";
 
 /// The report as a JSON value.
 pub fn to_value(r: &Report) -> Value {
+    serde_json::to_value(Whole::of(r)).unwrap_or(Value::Null)
+}
+
+/// The report's object: every field but the two that grow with the trace (a row per step
+/// and per sync) as a `Value` tree, those two as typed rows serialized in place. The
+/// same JSON as one tree, without building the tree's largest part (a 17 k-step trace's
+/// rows were 10 MB of `Value`s).
+struct Whole<'a> {
+    head: serde_json::Map<String, Value>,
+    steps: Vec<StepRow<'a>>,
+    syncs: Vec<SyncRow<'a>>,
+}
+
+impl<'a> Whole<'a> {
+    fn of(r: &'a Report) -> Whole<'a> {
+        let m = &r.metrics;
+        let ms = |ns: i64| ns as f64 / 1e6;
+        let first = m.timeline.steps.first().map_or(0, |x| x.start_ns);
+        let head = match head(r) {
+            Value::Object(o) => o,
+            _ => serde_json::Map::new(),
+        };
+        let steps = m
+            .timeline
+            .steps
+            .iter()
+            .map(|st| StepRow {
+                name: &st.name,
+                start_ms: ms(st.start_ns - first),
+                dur_ms: ms(st.dur_ns),
+                gpu_busy_ms: ms(st.gpu_busy_ns),
+                gpu_busy_pct: if st.dur_ns > 0 {
+                    100.0 * st.gpu_busy_ns as f64 / st.dur_ns as f64
+                } else {
+                    0.0
+                },
+                kernels: st.kernels,
+                kernel_ms: ms(st.kernel_ns),
+                h2d_count: st.h2d.count,
+                h2d_bytes: st.h2d.bytes,
+                d2h_count: st.d2h.count,
+                d2h_bytes: st.d2h.bytes,
+                memsets: st.memsets,
+                gpu_idle_ms: IdleRow::of(&st.idle),
+            })
+            .collect();
+        let syncs = m
+            .timeline
+            .syncs
+            .iter()
+            .map(|sp| SyncRow {
+                api: &sp.api,
+                op: sp.op.map(|o| r.op_name(o)),
+                source: sp.op.and_then(|o| r.op_source(o)),
+                step: sp.step,
+                dur_ms: ms(sp.dur_ns),
+                gpu_idle_after_ms: ms(sp.gpu_idle_after_ns),
+            })
+            .collect();
+        Whole { head, steps, syncs }
+    }
+}
+
+impl serde::Serialize for Whole<'_> {
+    /// Keys in sorted order, as a `Value` object writes them.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut keys: Vec<&str> = self.head.keys().map(String::as_str).collect();
+        keys.extend(["steps", "syncs"]);
+        keys.sort_unstable();
+        let mut map = s.serialize_map(Some(keys.len()))?;
+        for k in keys {
+            match k {
+                "steps" => map.serialize_entry(k, &self.steps)?,
+                "syncs" => map.serialize_entry(k, &self.syncs)?,
+                _ => map.serialize_entry(k, &self.head[k])?,
+            }
+        }
+        map.end()
+    }
+}
+
+/// One row of `steps` (fields in key order: the JSON is the same as a `Value` object's).
+#[derive(serde::Serialize)]
+struct StepRow<'a> {
+    d2h_bytes: u64,
+    d2h_count: u64,
+    dur_ms: f64,
+    gpu_busy_ms: f64,
+    gpu_busy_pct: f64,
+    gpu_idle_ms: IdleRow,
+    h2d_bytes: u64,
+    h2d_count: u64,
+    kernel_ms: f64,
+    kernels: u64,
+    memsets: u64,
+    name: &'a str,
+    start_ms: f64,
+}
+
+/// A step's idle parts, ms (fields in key order).
+#[derive(serde::Serialize)]
+struct IdleRow {
+    cpu: f64,
+    data_loader: f64,
+    sync: f64,
+    total: f64,
+    transfer: f64,
+}
+
+impl IdleRow {
+    fn of(i: &crate::analysis::IdleBreakdown) -> IdleRow {
+        let ms = |ns: i64| ns as f64 / 1e6;
+        IdleRow {
+            cpu: ms(i.cpu_ns),
+            data_loader: ms(i.data_loader_ns),
+            sync: ms(i.sync_ns),
+            total: ms(i.total_ns),
+            transfer: ms(i.transfer_ns),
+        }
+    }
+}
+
+/// One row of `syncs` (fields in key order).
+#[derive(serde::Serialize)]
+struct SyncRow<'a> {
+    api: &'a str,
+    dur_ms: f64,
+    gpu_idle_after_ms: f64,
+    op: Option<String>,
+    source: Option<String>,
+    step: usize,
+}
+
+/// Every field of the report but `steps` and `syncs` ([`Whole`]).
+fn head(r: &Report) -> Value {
     let m = &r.metrics;
     let s = &m.summary;
     let ms = |ns: i64| ns as f64 / 1e6;
-    let first = m.timeline.steps.first().map_or(0, |x| x.start_ns);
-    let idle = |i: &crate::analysis::IdleBreakdown| {
-        json!({"total": ms(i.total_ns), "cpu": ms(i.cpu_ns), "sync": ms(i.sync_ns),
-               "transfer": ms(i.transfer_ns), "data_loader": ms(i.data_loader_ns)})
-    };
     let primary = r
         .diagnosis
         .primary
@@ -256,19 +387,6 @@ pub fn to_value(r: &Report) -> Value {
             "d2d_count": s.d2d.count, "d2d_bytes": s.d2d.bytes,
             "syncs": s.syncs,
         },
-        "steps": m.timeline.steps.iter().map(|st| json!({
-            "name": st.name,
-            "start_ms": ms(st.start_ns - first),
-            "dur_ms": ms(st.dur_ns),
-            "gpu_busy_ms": ms(st.gpu_busy_ns),
-            "gpu_busy_pct": if st.dur_ns > 0 { 100.0 * st.gpu_busy_ns as f64 / st.dur_ns as f64 } else { 0.0 },
-            "kernels": st.kernels,
-            "kernel_ms": ms(st.kernel_ns),
-            "h2d_count": st.h2d.count, "h2d_bytes": st.h2d.bytes,
-            "d2h_count": st.d2h.count, "d2h_bytes": st.d2h.bytes,
-            "memsets": st.memsets,
-            "gpu_idle_ms": idle(&st.idle),
-        })).collect::<Vec<_>>(),
         "kernels": {
             "count": m.kernels.count,
             "total_ms": ms(m.kernels.total_ns),
@@ -284,14 +402,6 @@ pub fn to_value(r: &Report) -> Value {
         },
         "top_ops_gpu": op_rows(&m.top_ops_gpu),
         "top_ops_cpu": op_rows(&m.top_ops_cpu),
-        "syncs": m.timeline.syncs.iter().map(|sp| json!({
-            "api": sp.api,
-            "op": sp.op.map(|o| r.op_name(o)),
-            "source": sp.op.and_then(|o| r.op_source(o)),
-            "step": sp.step,
-            "dur_ms": ms(sp.dur_ns),
-            "gpu_idle_after_ms": ms(sp.gpu_idle_after_ns),
-        })).collect::<Vec<_>>(),
         "held_back": m.held_back,
         "syncs_outside": m.timeline.syncs_outside.iter().map(|sp| json!({
             "api": sp.api,
@@ -335,7 +445,7 @@ fn op_rows(v: &[crate::analysis::OpTime]) -> Vec<Value> {
 
 /// The report as pretty-printed JSON text (with a final newline).
 pub fn render(r: &Report) -> String {
-    let mut s = serde_json::to_string_pretty(&to_value(r))
+    let mut s = serde_json::to_string_pretty(&Whole::of(r))
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
     s.push('\n');
     s
