@@ -160,7 +160,7 @@ struct RawLane<'a> {
     bars: Vec<Bar<'a>>,
 }
 
-fn span<'a>(
+fn bar<'a>(
     start: i64,
     end: i64,
     lo: i64,
@@ -212,7 +212,7 @@ fn host_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<RawLane<'_>> {
                 lanes.len() - 1
             }
         };
-        let sp = span(o.ts_ns, o.end_ns(), lo, SpanKind::Op, &*o.name);
+        let sp = bar(o.ts_ns, o.end_ns(), lo, SpanKind::Op, &*o.name);
         lanes[at].1.bars.push(sp);
     }
     lanes.sort_by_key(|(k, _)| *k);
@@ -235,7 +235,7 @@ fn sync_lane<'a>(p: &'a Profile, t: &Timeline, si: usize, lo: i64) -> RawLane<'a
                 Some(op) => format!("{} in {}", r.name, p.ops[op as usize].name).into(),
                 None => (*r.name).into(),
             };
-            span(sp.ts_ns, sp.ts_ns + sp.dur_ns, lo, SpanKind::Sync, name)
+            bar(sp.ts_ns, sp.ts_ns + sp.dur_ns, lo, SpanKind::Sync, name)
         })
         .collect();
     RawLane {
@@ -273,7 +273,7 @@ fn stream_lanes(p: &Profile, from: i64, to: i64, lo: i64) -> Vec<RawLane<'_>> {
                 _ => SpanKind::CopyD2d,
             },
         };
-        let sp = span(g.ts_ns, g.end_ns(), lo, kind, &*g.name);
+        let sp = bar(g.ts_ns, g.end_ns(), lo, kind, &*g.name);
         lanes[at].1.bars.push(sp);
     }
     lanes.sort_by_key(|(k, _)| *k);
@@ -311,7 +311,7 @@ fn idle_lane(p: &Profile, t: &Timeline, from: i64, to: i64, lo: i64) -> RawLane<
                 SpanKind::IdleCpu
             }
         };
-        spans.push(span(g0, g1, lo, kind, "GPU idle"));
+        spans.push(bar(g0, g1, lo, kind, "GPU idle"));
     }
     RawLane {
         label: "GPU idle".into(),
@@ -373,7 +373,7 @@ mod tests {
     use super::*;
 
     fn sp(start: i64, dur: i64) -> Bar<'static> {
-        span(start, start + dur, 0, SpanKind::Kernel, "k")
+        bar(start, start + dur, 0, SpanKind::Kernel, "k")
     }
 
     #[test]

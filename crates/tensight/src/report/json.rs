@@ -203,7 +203,6 @@ struct Whole<'a> {
 impl<'a> Whole<'a> {
     fn of(r: &'a Report) -> Whole<'a> {
         let m = &r.metrics;
-        let ms = |ns: i64| ns as f64 / 1e6;
         let first = m.timeline.steps.first().map_or(0, |x| x.start_ns);
         let head = match head(r) {
             Value::Object(o) => o,
@@ -299,7 +298,6 @@ struct IdleRow {
 
 impl IdleRow {
     fn of(i: &crate::analysis::IdleBreakdown) -> IdleRow {
-        let ms = |ns: i64| ns as f64 / 1e6;
         IdleRow {
             cpu: ms(i.cpu_ns),
             data_loader: ms(i.data_loader_ns),
@@ -321,11 +319,15 @@ struct SyncRow<'a> {
     step: usize,
 }
 
+/// Nanoseconds as milliseconds, the JSON report's unit.
+fn ms(ns: i64) -> f64 {
+    ns as f64 / 1e6
+}
+
 /// Every field of the report but `steps` and `syncs` ([`Whole`]).
 fn head(r: &Report) -> Value {
     let m = &r.metrics;
     let s = &m.summary;
-    let ms = |ns: i64| ns as f64 / 1e6;
     let primary = r
         .diagnosis
         .primary
