@@ -195,6 +195,9 @@ def table(src: Path, tag: str, dest: Path) -> dict[str, Any]:
         "stable": sum(bool(r["stable"]) for r in rows),
         "recorded_twice": sum(r["stable"] is not None for r in rows),
         "controls_clean": sum(bool(r["run1"].get("ok")) for r in rows if r["expected"] is None),
+        # Programs whose plain trace was there to score (none when only the committed
+        # `tensight run` recordings are re-scored).
+        "plain_recorded": sum((src / r["program"] / "plain.json.gz").exists() for r in rows),
     }
     res = {"tag": tag, "context": doc.get("context"), "summary": summary, "rows": rows}
     (dest / f"results-{tag}.json").write_text(json.dumps(res, indent=2) + "\n")

@@ -60,6 +60,10 @@ fn classify_uncached(name: &str) -> KernelClass {
         || n.starts_with("kernel2")
     {
         KernelClass::Gemm
+    } else if is_indexing_name(&n) {
+        // Scatter/gather and index_add (named for their ReduceAdd functor or as
+        // elementwise): irregular, often atomic, not a pass a fusion removes.
+        KernelClass::Other
     } else if n.contains("reduce")
         || n.contains("softmax")
         || n.contains("norm")
@@ -78,6 +82,17 @@ fn classify_uncached(name: &str) -> KernelClass {
     } else {
         KernelClass::Other
     }
+}
+
+/// Indexing kernels (lower-case name): `index_add_`/`index_copy_` (`indexFunc…`),
+/// scatter and gather, `index_put_`, advanced indexing, sorts.
+fn is_indexing_name(n: &str) -> bool {
+    n.contains("indexfunc")
+        || n.contains("scatter")
+        || n.contains("index_put")
+        || n.contains("index_elementwise")
+        || n.contains("radixsort")
+        || n.contains("segmented_sort")
 }
 
 /// True when a GEMM/conv kernel name says it runs on tensor cores (or AMD matrix
@@ -288,6 +303,15 @@ mod tests {
             classify("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>"),
             KernelClass::Attention
         );
+        // index_add_ (its ReduceAdd functor) and scatter are indexing, not reductions or
+        // elementwise passes (names from an H200 trace of torch 2.11).
+        for n in [
+            "void at::native::indexFuncLargeIndex<float, long, unsigned int, 2, 2, -2, true, at::native::ReduceAdd>(at::cuda::detail::TensorInfo<float, unsigned int>)",
+            "void at::native::_scatter_gather_elementwise_kernel<128, 8, at::native::_cuda_scatter_gather_internal_kernel<true, float>::operator()>(int, F)",
+            "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel>(long, F)",
+        ] {
+            assert_eq!(classify(n), KernelClass::Other, "{n}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 use super::{build, OpKind, Profile, PyFrame};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// Share of a step's ops that must align with the detail step's.
 pub const MIN_MATCH: f64 = 0.8;
@@ -100,6 +101,18 @@ pub fn carry_over(p: &mut Profile, step: &str) -> Option<DetailInfo> {
             (s.host_start_ns, end, within(s.host_start_ns, end))
         })
         .collect();
+    // The other threads of the process that ran ops in the detail step (autograd's
+    // backward threads): their ops are aligned per thread, for shapes alone.
+    let mut others: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for (i, o) in p.ops.iter().enumerate() {
+        if o.pid == pid && o.tid != tid && o.kind != OpKind::Annotation {
+            others.entry(o.tid).or_default().push(i);
+        }
+    }
+    others.retain(|_, ops| {
+        ops.iter()
+            .any(|&i| p.ops[i].ts_ns >= d_start && p.ops[i].ts_ns < d_end)
+    });
     for (s_start, s_end, s_ops) in steps {
         let pairs = align(p, &s_ops, &d_ops);
         let share = pairs.len() as f64 / s_ops.len().max(d_ops.len()) as f64;
@@ -108,24 +121,18 @@ pub fn carry_over(p: &mut Profile, step: &str) -> Option<DetailInfo> {
         }
         info.steps_carried += 1;
         matched_pct_sum += 100.0 * share;
-        // Shapes, dtypes, strides and scalars the timed op lacks.
-        for &(si, di) in &pairs {
-            if p.ops[si].input_dims.is_none() && p.ops[di].input_dims.is_some() {
-                let (dims, types, strides, scalars) = {
-                    let o = &p.ops[di];
-                    (
-                        o.input_dims.clone(),
-                        o.input_types.clone(),
-                        o.input_strides.clone(),
-                        o.concrete_inputs.clone(),
-                    )
-                };
-                let t = &mut p.ops[si];
-                t.input_dims = dims;
-                t.input_types = t.input_types.take().or(types);
-                t.input_strides = t.input_strides.take().or(strides);
-                t.concrete_inputs = t.concrete_inputs.take().or(scalars);
-                info.shapes += 1;
+        info.shapes += give_shapes(p, &pairs);
+        for ops in others.values() {
+            let on = |a: i64, b: i64| -> Vec<usize> {
+                ops.iter()
+                    .copied()
+                    .filter(|&i| p.ops[i].ts_ns >= a && p.ops[i].ts_ns < b)
+                    .collect()
+            };
+            let (t_ops, t_d_ops) = (on(s_start, s_end), on(d_start, d_end));
+            let pairs = align(p, &t_ops, &t_d_ops);
+            if pairs.len() as f64 >= MIN_MATCH * t_ops.len().max(t_d_ops.len()) as f64 {
+                info.shapes += give_shapes(p, &pairs);
             }
         }
         let map = TimeMap::new(p, &pairs, (d_start, d_end), (s_start, s_end));
@@ -156,6 +163,32 @@ pub fn carry_over(p: &mut Profile, step: &str) -> Option<DetailInfo> {
     p.memory.extend(new_memory);
     build::refinish_frames(p);
     Some(info)
+}
+
+/// Give each timed op of `pairs` the shapes, dtypes, strides and scalars of its detail
+/// partner where it lacks them; how many got them.
+fn give_shapes(p: &mut Profile, pairs: &[(usize, usize)]) -> usize {
+    let mut n = 0;
+    for &(si, di) in pairs {
+        if p.ops[si].input_dims.is_none() && p.ops[di].input_dims.is_some() {
+            let (dims, types, strides, scalars) = {
+                let o = &p.ops[di];
+                (
+                    o.input_dims.clone(),
+                    o.input_types.clone(),
+                    o.input_strides.clone(),
+                    o.concrete_inputs.clone(),
+                )
+            };
+            let t = &mut p.ops[si];
+            t.input_dims = dims;
+            t.input_types = t.input_types.take().or(types);
+            t.input_strides = t.input_strides.take().or(strides);
+            t.concrete_inputs = t.concrete_inputs.take().or(scalars);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Pairs (timed op, detail op) of the same name, in order: a greedy walk that, on a
@@ -278,5 +311,42 @@ mod tests {
         let first = frames.iter().min_by_key(|f| f.ts_ns).unwrap();
         let step1 = p.steps[0].host_start_ns;
         assert!(first.ts_ns - step1 < 10_000 && first.end_ns() - step1 > 50_000);
+    }
+
+    #[test]
+    fn backward_ops_on_autograd_threads_get_the_detail_steps_shapes() {
+        // The step's backward runs on another thread (autograd's device thread): its
+        // ops are aligned on that thread, so a timed convolution_backward gets shapes.
+        let dims = serde_json::json!({
+            "Input Dims": [[8, 64, 32, 32], [8, 64, 32, 32], [64, 64, 3, 3]],
+            "Input type": ["float", "float", "float"],
+        });
+        let mut b = TraceBuilder::new();
+        for (k, t) in [(1, 0.0), (2, 100.0)] {
+            b.step(k, t, 90.0);
+            b.op("aten::conv2d", t + 10.0, 20.0);
+            b.op_on(
+                2,
+                "aten::convolution_backward",
+                t + 40.0,
+                30.0,
+                serde_json::json!({}),
+            );
+        }
+        b.step(3, 300.0, 200.0);
+        b.op_with("aten::conv2d", 320.0, 40.0, dims.clone());
+        b.op_on(2, "aten::convolution_backward", 380.0, 60.0, dims);
+        let mut loaded = crate::read::load_bytes("t", &b.build()).unwrap();
+        let p = &mut loaded.profile;
+        p.steps.retain(|s| s.name != "ProfilerStep#3");
+        let info = super::carry_over(p, "ProfilerStep#3").unwrap();
+        assert_eq!(info.shapes, 4, "{info:?}");
+        let timed_bwd = p
+            .ops
+            .iter()
+            .filter(|o| &*o.name == "aten::convolution_backward" && o.dur_ns == 30_000);
+        assert!(
+            timed_bwd.clone().count() == 2 && timed_bwd.clone().all(|o| o.input_dims.is_some())
+        );
     }
 }

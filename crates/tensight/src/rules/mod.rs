@@ -11,6 +11,7 @@
 mod allocator_churn;
 mod collective_wait;
 mod compute_imbalance;
+mod contended_scatter;
 mod copy_churn;
 mod copy_compute_overlap;
 mod cpu_heavy_ops;
@@ -20,6 +21,7 @@ mod device_ping_pong;
 mod elementwise_chains;
 mod exposed_communication;
 mod fp32_gemm_without_tensor_cores;
+mod full_sort_for_top_k;
 mod host_sync_in_step;
 mod kernel_diversity;
 mod late_gpu_migration;
@@ -495,6 +497,8 @@ pub static REGISTRY: &[Rule] = &[
     low_l2_hit_rate::RULE,
     occupancy_limited::RULE,
     materialised_attention::RULE,
+    contended_scatter::RULE,
+    full_sort_for_top_k::RULE,
     non_contiguous_view_access::RULE,
     copy_churn::RULE,
     transposed_chain::RULE,
