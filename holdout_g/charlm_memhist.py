@@ -171,7 +171,7 @@ def main():
     args = make_parser(__doc__).parse_args()
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
-    B, S, D, DEPTH, HEADS = (32, 256, 512, 8, 8) if cuda else (4, 64, 64, 2, 4)
+    B, S, D, DEPTH, HEADS = (16, 256, 384, 12, 6) if cuda else (4, 64, 64, 2, 4)
     torch.manual_seed(0)
     corpus = torch.randint(0, 256, (1 << 22,), device=dev, dtype=torch.uint8).long()
     model = CharGPT(256, D, DEPTH, HEADS, S).to(dev)

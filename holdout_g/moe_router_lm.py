@@ -252,7 +252,7 @@ def main():
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     if cuda:
-        B, S, D, DEPTH, HEADS, HID, E, VOCAB = 8, 1024, 768, 6, 12, 2048, 16, 16384
+        B, S, D, DEPTH, HEADS, HID, E, VOCAB = 8, 1024, 768, 4, 12, 2048, 16, 16384
     else:
         B, S, D, DEPTH, HEADS, HID, E, VOCAB = 2, 32, 64, 2, 4, 128, 4, 512
     torch.manual_seed(0)
