@@ -1,4 +1,6 @@
-//! `tensight diff`: a [`Comparison`] of two runs as text or JSON.
+//! `tensight diff`: a [`Comparison`] of two runs as text or JSON, and the step rows,
+//! verdict and finding counts the HTML page ([`super::html::render_diff`]) shows in the
+//! same words.
 //!
 //! Text: step figures before, after and the change; the findings resolved, new,
 //! changed and unchanged with their savings; the kernels and ops whose time per step

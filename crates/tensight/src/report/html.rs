@@ -17,7 +17,14 @@
 //! Links: each finding's locations point (by anchor) at the op's and kernel's table
 //! rows, the tensor's node in the forest and the source line's entry, and those point
 //! back at the findings that name them.
+//!
+//! The page of `tensight diff --format html` ([`render_diff`], [`diff`]) is made the
+//! same way: `templates/diff.html` extends the `templates/base.html` that
+//! `report.html` extends (head, policy, stylesheet, header, footer, table sorter), and
+//! its two bar charts are SVG from [`bars`].
 
+mod bars;
+mod diff;
 mod ranks;
 mod roofline;
 mod svg;
@@ -32,10 +39,12 @@ use tables::Links;
 
 /// The pages' templates: `base.html` holds what every page shares (the head, the
 /// Content-Security-Policy, the stylesheet, the header, the footer and the table
-/// sorter); `report.html` extends it.
-const TEMPLATES: [(&str, &str); 2] = [
+/// sorter); `report.html` (one run) and `diff.html` (two runs compared, [`diff`]) extend
+/// it.
+const TEMPLATES: [(&str, &str); 3] = [
     ("base.html", include_str!("templates/base.html")),
     ("report.html", include_str!("templates/report.html")),
+    ("diff.html", include_str!("templates/diff.html")),
 ];
 
 /// Finding colours in the plots and the findings list, by the finding's rank.
@@ -48,6 +57,13 @@ const NO_FINDING: &str = "#7f8c9a";
 /// Render the report as one HTML page.
 pub fn render(r: &Report) -> String {
     render_with(r, None)
+}
+
+/// Render a comparison of two runs (`tensight diff --format html`) as one page: the
+/// step before and after, the findings resolved, new, changed and unchanged, and the
+/// kernels and ops that changed most ([`diff`]).
+pub fn render_diff(c: &crate::compare::Comparison) -> String {
+    diff::render(c)
 }
 
 /// Render a multi-rank report: the focus rank's own page with a Ranks section (the
