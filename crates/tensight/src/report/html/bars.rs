@@ -11,6 +11,8 @@ use std::fmt::Write;
 const W: f64 = 760.0;
 /// Room for the group labels on the left.
 const LABEL: f64 = 78.0;
+/// Room for a bar's own label (`before`), between the group label and the bar.
+const BAR_LABEL: f64 = 52.0;
 /// Room for the notes on the right.
 const NOTE: f64 = 230.0;
 /// Height of one bar.
@@ -73,7 +75,7 @@ pub fn plot(class: &str, aria: &str, groups: &[Group]) -> String {
             len.max(b.mark.as_ref().map_or(0.0, |m| m.0))
         })
         .fold(0.0, f64::max);
-    let x0 = LABEL + 52.0;
+    let x0 = LABEL + BAR_LABEL;
     let x1 = W - NOTE;
     let px = |ms: f64| {
         let f = if max > 0.0 {
