@@ -32,6 +32,10 @@ enum DiffFormat {
     Text,
     /// The documented JSON schema (`schema_version`, `kind: "diff"`).
     Json,
+    /// One self-contained HTML page: the step table and a bar chart of the step before
+    /// and after (GPU busy and idle), the findings with a chart of their savings, and
+    /// sortable kernel and op tables (loads nothing from the network).
+    Html,
 }
 
 /// Examples and what the comparison holds, for `tensight diff --help`.
@@ -39,6 +43,7 @@ pub const AFTER_HELP: &str = "Examples:
   tensight diff run-before/ run-after/             # two bundles of `tensight run`
   tensight diff base.json.gz fixed.json.gz         # two torch.profiler traces
   tensight diff before/ after/ --format json -o diff.json
+  tensight diff before/ after/ --format html -o diff.html   # one page, charts and tables
 
 Record the same program before and after a change, e.g.
   tensight run --out before -- python train.py
@@ -49,7 +54,10 @@ Record the same program before and after a change, e.g.
 Each side is analysed as `tensight analyze` does. The comparison shows the step time
 (mean in the trace, and without the profiler when both are bundles) and GPU busy before
 and after with their ratio, each finding resolved, new, changed or unchanged with its
-estimated saving, and the kernels and ops whose time per step changed most.";
+estimated saving, and the kernels and ops whose time per step changed most. --format html
+writes it as one self-contained page (to stdout without -o, as `analyze` does) with a bar
+chart of the step before and after split into GPU busy and idle, a chart of each
+finding's saving before and after, and sortable kernel and op tables.";
 
 /// Run `tensight diff`.
 pub fn run(a: DiffArgs) -> tensight::Result<i32> {
@@ -77,6 +85,7 @@ pub fn run(a: DiffArgs) -> tensight::Result<i32> {
     let c = tensight::compare::compare(&before, &after);
     let text = match a.format {
         DiffFormat::Json => report::diff::render_json(&c),
+        DiffFormat::Html => report::html::render_diff(&c),
         DiffFormat::Text => report::diff::render_text(
             &c,
             RenderOptions {

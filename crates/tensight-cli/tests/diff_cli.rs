@@ -36,6 +36,46 @@ fn diff_help_has_examples() {
         "{out}"
     );
     assert!(out.contains("--format") && out.contains("json"), "{out}");
+    assert!(out.contains("--format html -o diff.html"), "{out}");
+    assert!(out.contains("html: One self-contained HTML page"), "{out}");
+}
+
+/// `--format html` behaves as `analyze --format html`: to stdout without -o, to a file
+/// with it, and an earlier page is replaced without --force.
+#[test]
+fn diff_as_html_to_stdout_and_to_a_file() {
+    let before = fixture("bundles/h200-transposed-view-hw");
+    let after = fixture("bundles/h200-transposed-view-fixed");
+    let (code, out, err) = tensight(&[os("diff"), os(&before), os(&after), os("-f"), os("html")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("<!doctype html>"), "{out}");
+    assert!(out.contains("<span class=\"stag st-resolved\">resolved</span>"));
+    assert!(out.contains("class=\"plot bars steps\""));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("diff.html");
+    let args = [
+        os("diff"),
+        os(&before),
+        os(&after),
+        os("--format"),
+        os("html"),
+        os("-o"),
+        os(&file),
+    ];
+    let (code, out, err) = tensight(&args);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty() && err.contains("diff written to"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        out_of(&before, &after)
+    );
+    let (code, _, err) = tensight(&args);
+    assert_eq!(code, Some(0), "an earlier page is replaced: {err}");
+}
+
+fn out_of(before: &Path, after: &Path) -> String {
+    tensight(&[os("diff"), os(before), os(after), os("-f"), os("html")]).1
 }
 
 #[test]

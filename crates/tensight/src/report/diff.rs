@@ -1,4 +1,6 @@
-//! `tensight diff`: a [`Comparison`] of two runs as text or JSON.
+//! `tensight diff`: a [`Comparison`] of two runs as text or JSON, and the step rows,
+//! verdict and finding counts the HTML page ([`super::html::render_diff`]) shows in the
+//! same words.
 //!
 //! Text: step figures before, after and the change; the findings resolved, new,
 //! changed and unchanged with their savings; the kernels and ops whose time per step
@@ -92,44 +94,21 @@ pub fn render_text(c: &Comparison, o: RenderOptions) -> String {
         "{:<19}{:>10}{:>10}{:>11}  ratio",
         "", "before", "after", "change"
     );
-    let ms_row = |out: &mut String, label: &str, d: &Delta| {
-        let _ = writeln!(
+    for r in step_rows(c) {
+        let _ = write!(
             out,
-            "{label:<19}{:>10}{:>10}{:>11}  {}",
-            fmt_ms(d.before),
-            fmt_ms(d.after),
-            signed_ms(d.change),
-            d.ratio.map_or("-".to_string(), |r| format!("{r:.2}×"))
+            "{:<19}{:>10}{:>10}{:>11}",
+            r.label, r.before, r.after, r.change
         );
-    };
-    ms_row(&mut out, "step (trace mean)", &c.step_time_ms);
-    if let Some(u) = &c.unprofiled_step_time_ms {
-        ms_row(&mut out, "step (no profiler)", u);
+        match r.ratio {
+            Some(x) => {
+                let _ = writeln!(out, "  {x}");
+            }
+            None => out.push('\n'),
+        }
     }
-    ms_row(&mut out, "GPU busy per step", &c.gpu_busy_ms_per_step);
-    ms_row(&mut out, "GPU idle per step", &c.gpu_idle_ms_per_step);
-    let b = &c.gpu_busy_pct;
-    let _ = writeln!(
-        out,
-        "{:<19}{:>9.1}%{:>9.1}%{:>+7.1} pts",
-        "GPU busy", b.before, b.after, b.change
-    );
-    let k = &c.kernels_per_step;
-    let _ = writeln!(
-        out,
-        "{:<19}{:>10.1}{:>10.1}{:>+11.1}",
-        "kernels per step", k.before, k.after, k.change
-    );
-    let said = match &c.unprofiled_step_time_ms {
-        Some(u) => format!(
-            "Without the profiler the step is {}; in the trace, {}.",
-            verdict(u),
-            verdict(&c.step_time_ms)
-        ),
-        None => format!("The step is {}.", verdict(&c.step_time_ms)),
-    };
     out.push('\n');
-    out.push_str(&wrap_hanging(&said, w, "", ""));
+    out.push_str(&wrap_hanging(&said(c), w, "", ""));
 
     findings(&mut out, &c.findings, w);
     names(
@@ -145,6 +124,80 @@ pub fn render_text(c: &Comparison, o: RenderOptions) -> String {
         w,
     );
     fit(&out, w, false)
+}
+
+/// One row of the step table (text and HTML): the figure, its values and the change.
+pub(crate) struct StepRow {
+    /// What the row measures (`step (trace mean)`).
+    pub label: &'static str,
+    /// Before, formatted (`1.75 ms`, `68.3%`).
+    pub before: String,
+    /// After, formatted.
+    pub after: String,
+    /// After − before, signed (`-307.3 µs`, `-7.1 pts`).
+    pub change: String,
+    /// After / before (`0.82×`, `-` when before is 0); `None` for rows without one.
+    pub ratio: Option<String>,
+}
+
+/// The step table: step time (in the trace, and without the profiler when both sides
+/// timed it), GPU busy and idle per step, GPU busy %, kernels per step.
+pub(crate) fn step_rows(c: &Comparison) -> Vec<StepRow> {
+    let ms = |label, d: &Delta| StepRow {
+        label,
+        before: fmt_ms(d.before),
+        after: fmt_ms(d.after),
+        change: signed_ms(d.change),
+        ratio: Some(d.ratio.map_or("-".to_string(), |r| format!("{r:.2}×"))),
+    };
+    let mut v = vec![ms("step (trace mean)", &c.step_time_ms)];
+    if let Some(u) = &c.unprofiled_step_time_ms {
+        v.push(ms("step (no profiler)", u));
+    }
+    v.push(ms("GPU busy per step", &c.gpu_busy_ms_per_step));
+    v.push(ms("GPU idle per step", &c.gpu_idle_ms_per_step));
+    let b = &c.gpu_busy_pct;
+    v.push(StepRow {
+        label: "GPU busy",
+        before: format!("{:.1}%", b.before),
+        after: format!("{:.1}%", b.after),
+        change: format!("{:+.1} pts", b.change),
+        ratio: None,
+    });
+    let k = &c.kernels_per_step;
+    v.push(StepRow {
+        label: "kernels per step",
+        before: format!("{:.1}", k.before),
+        after: format!("{:.1}", k.after),
+        change: format!("{:+.1}", k.change),
+        ratio: None,
+    });
+    v
+}
+
+/// The step's verdict: `Without the profiler the step is 1.38× faster (…); in the
+/// trace, 1.21× faster (…).`
+pub(crate) fn said(c: &Comparison) -> String {
+    match &c.unprofiled_step_time_ms {
+        Some(u) => format!(
+            "Without the profiler the step is {}; in the trace, {}.",
+            verdict(u),
+            verdict(&c.step_time_ms)
+        ),
+        None => format!("The step is {}.", verdict(&c.step_time_ms)),
+    }
+}
+
+/// `1 resolved · 0 new · 0 changed · 1 unchanged`.
+pub(crate) fn counts(f: &[FindingChange]) -> String {
+    let count = |s: Status| f.iter().filter(|x| x.status == s).count();
+    format!(
+        "{} resolved · {} new · {} changed · {} unchanged",
+        count(Status::Resolved),
+        count(Status::New),
+        count(Status::Changed),
+        count(Status::Unchanged)
+    )
 }
 
 fn section(out: &mut String, title: &str, w: usize) {
@@ -166,7 +219,8 @@ fn verdict(d: &Delta) -> String {
     }
 }
 
-fn signed_ms(ms: f64) -> String {
+/// `+1.2 µs`, `-307.3 µs`.
+pub(crate) fn signed_ms(ms: f64) -> String {
     if ms >= 0.0 {
         format!("+{}", fmt_ms(ms))
     } else {
@@ -175,18 +229,7 @@ fn signed_ms(ms: f64) -> String {
 }
 
 fn findings(out: &mut String, f: &[FindingChange], w: usize) {
-    let count = |s: Status| f.iter().filter(|x| x.status == s).count();
-    section(
-        out,
-        &format!(
-            "FINDINGS  {} resolved · {} new · {} changed · {} unchanged",
-            count(Status::Resolved),
-            count(Status::New),
-            count(Status::Changed),
-            count(Status::Unchanged)
-        ),
-        w,
-    );
+    section(out, &format!("FINDINGS  {}", counts(f)), w);
     if f.is_empty() {
         let _ = writeln!(out, "No findings on either side.");
         return;

@@ -4,19 +4,27 @@
 //! forest, and sortable kernel, op and step tables.
 //!
 //! Input: a [`Report`]. Output: HTML text. The page is a minijinja template
-//! (`templates/report.html`, built in with `include_str!`) rendered with HTML
-//! auto-escaping on, so every string taken from a trace (op, kernel, thread and tensor
-//! names, source lines, the manifest's command) is escaped by the template engine. The
-//! two plots are SVG written here ([`roofline`], [`timeline`]) with every text passed
-//! through [`svg::esc`]; they are the only markup the template takes unescaped. No data
-//! goes into a script: the script only sorts table rows that are already on the page.
+//! (`templates/report.html` over `templates/base.html`, built in with `include_str!`)
+//! rendered with HTML auto-escaping on, so every string taken from a trace (op, kernel,
+//! thread and tensor names, source lines, the manifest's command) is escaped by the
+//! template engine. The two plots are SVG written here ([`roofline`], [`timeline`])
+//! with every text passed through [`svg::esc`]; they are the only markup the template
+//! takes unescaped. No data goes into a script: the script only sorts table rows that
+//! are already on the page.
 //! Rendering computes no metric: the numbers are the report's (the plots' points come
 //! from [`crate::analysis::op_roofline`] and [`crate::analysis::step_view`]).
 //!
 //! Links: each finding's locations point (by anchor) at the op's and kernel's table
 //! rows, the tensor's node in the forest and the source line's entry, and those point
 //! back at the findings that name them.
+//!
+//! The page of `tensight diff --format html` ([`render_diff`], [`diff`]) is made the
+//! same way: `templates/diff.html` extends the `templates/base.html` that
+//! `report.html` extends (head, policy, stylesheet, header, footer, table sorter), and
+//! its two bar charts are SVG from [`bars`].
 
+mod bars;
+mod diff;
 mod ranks;
 mod roofline;
 mod svg;
@@ -29,8 +37,15 @@ use minijinja::{context, AutoEscape, Environment, Value};
 use serde::Serialize;
 use tables::Links;
 
-/// The page template.
-const TEMPLATE: &str = include_str!("templates/report.html");
+/// The pages' templates: `base.html` holds what every page shares (the head, the
+/// Content-Security-Policy, the stylesheet, the header, the footer and the table
+/// sorter); `report.html` (one run) and `diff.html` (two runs compared, [`diff`]) extend
+/// it.
+const TEMPLATES: [(&str, &str); 3] = [
+    ("base.html", include_str!("templates/base.html")),
+    ("report.html", include_str!("templates/report.html")),
+    ("diff.html", include_str!("templates/diff.html")),
+];
 
 /// Finding colours in the plots and the findings list, by the finding's rank.
 const PALETTE: [&str; 8] = [
@@ -42,6 +57,13 @@ const NO_FINDING: &str = "#7f8c9a";
 /// Render the report as one HTML page.
 pub fn render(r: &Report) -> String {
     render_with(r, None)
+}
+
+/// Render a comparison of two runs (`tensight diff --format html`) as one page: the
+/// step before and after, the findings resolved, new, changed and unchanged, and the
+/// kernels and ops that changed most ([`diff`]).
+pub fn render_diff(c: &crate::compare::Comparison) -> String {
+    diff::render(c)
 }
 
 /// Render a multi-rank report: the focus rank's own page with a Ranks section (the
@@ -57,12 +79,23 @@ pub fn render_ranks(r: &super::RanksReport) -> String {
     }
 }
 
-fn render_with(r: &Report, ranks: Option<&super::RanksReport>) -> String {
+/// Render template `name` with `ctx`, HTML auto-escaping on for every template; a page
+/// saying why when the template fails.
+fn page(name: &str, ctx: Value) -> String {
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
-    if let Err(e) = env.add_template("report.html", TEMPLATE) {
-        return failed(&e.to_string());
+    for (n, t) in TEMPLATES {
+        if let Err(e) = env.add_template(n, t) {
+            return failed(&e.to_string());
+        }
     }
+    match env.get_template(name).and_then(|t| t.render(ctx)) {
+        Ok(s) => s,
+        Err(e) => failed(&e.to_string()),
+    }
+}
+
+fn render_with(r: &Report, ranks: Option<&super::RanksReport>) -> String {
     let links = Links::of(r);
     let ranks_view = ranks.map(|x| val(ranks::view(x, &links)));
     let shown_input = ranks.map_or(r.input.as_str(), |x| x.input.as_str());
@@ -84,10 +117,7 @@ fn render_with(r: &Report, ranks: Option<&super::RanksReport>) -> String {
         forest => val(&links.forest),
         notes => val(notes(r)),
     };
-    match env.get_template("report.html").and_then(|t| t.render(ctx)) {
-        Ok(s) => s,
-        Err(e) => failed(&e.to_string()),
-    }
+    page("report.html", ctx)
 }
 
 /// A page saying the template failed (a bug, never the input's fault).

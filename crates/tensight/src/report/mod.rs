@@ -5,8 +5,9 @@
 //! only when asked; readable at 80 columns), [`json`] (documented, versioned schema),
 //! [`html`] (one self-contained page with SVG plots and sortable tables), [`perfetto`]
 //! (the original trace annotated with the findings) and [`diff`] (two runs compared,
-//! [`crate::compare`]). Rendering never computes metrics; it only formats them. Output
-//! is deterministic: no wall-clock time, sorted collections.
+//! [`crate::compare`]; as a page by [`html::render_diff`]). Rendering never computes
+//! metrics; it only formats them. Output is deterministic: no wall-clock time, sorted
+//! collections.
 
 pub mod diff;
 pub mod forest;

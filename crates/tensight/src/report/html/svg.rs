@@ -45,6 +45,39 @@ pub fn text(out: &mut String, x: f64, y: f64, class: &str, anchor: &str, body: &
     );
 }
 
+/// Ticks of a linear axis from 0 through `max`, every 1, 2 or 5 × 10ⁿ, about `about`
+/// of them.
+pub fn linear_ticks(max: f64, about: f64) -> Vec<f64> {
+    let raw = max / about;
+    if !(raw.is_finite() && raw > 0.0) {
+        return vec![0.0];
+    }
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * mag)
+        .find(|&st| st >= raw)
+        .unwrap_or(10.0 * mag);
+    let mut out = Vec::new();
+    let mut t = 0.0;
+    while t <= max + 1e-9 {
+        out.push(t);
+        t += step;
+    }
+    out
+}
+
+/// A tick label of a time in ms: `0`, `250 µs`, `1.5 ms`.
+pub fn ms_tick(t: f64) -> String {
+    if t == 0.0 {
+        "0".to_string()
+    } else if t >= 1.0 - 1e-9 {
+        format!("{} ms", num(t))
+    } else {
+        format!("{:.0} µs", t * 1e3)
+    }
+}
+
 /// A log10 axis over whole decades covering `[lo, hi]` (both > 0), mapped to pixels
 /// `[p0, p1]`.
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +139,21 @@ mod tests {
     fn esc_leaves_no_markup_and_no_controls() {
         let s = esc("<img src=x onerror='a(1)'>&\"\u{1b}[31m");
         assert_eq!(s, "&lt;img src=x onerror=&#39;a(1)&#39;&gt;&amp;&quot;[31m");
+    }
+
+    #[test]
+    fn linear_ticks_step_by_one_two_or_five() {
+        let t =
+            |max, about| -> Vec<String> { linear_ticks(max, about).into_iter().map(num).collect() };
+        assert_eq!(t(1.75, 8.0), ["0", "0.5", "1", "1.5"]);
+        assert_eq!(
+            t(1.5, 8.0),
+            ["0", "0.2", "0.4", "0.6", "0.8", "1", "1.2", "1.4"]
+        );
+        assert_eq!(linear_ticks(30.0, 6.0).len(), 7, "every 5: 0 to 30");
+        assert_eq!(linear_ticks(0.0, 8.0), [0.0]);
+        let labels: Vec<String> = [0.0, 0.25, 1.5].into_iter().map(ms_tick).collect();
+        assert_eq!(labels, ["0", "250 µs", "1.5 ms"]);
     }
 
     #[test]

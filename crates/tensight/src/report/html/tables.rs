@@ -145,7 +145,7 @@ fn tensor_target(text: &str, f: Option<&Forest>) -> Option<u64> {
 }
 
 /// Drop a C++ signature's argument list and `void ` (full name in the tooltip).
-fn short_kernel(name: &str) -> String {
+pub(super) fn short_kernel(name: &str) -> String {
     let cleaned = name.replace("(anonymous namespace)::", "");
     let mut s = cleaned.as_str();
     if let Some(i) = s.find('(') {

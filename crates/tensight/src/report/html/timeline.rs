@@ -3,7 +3,7 @@
 //! their cause), a tooltip with its name and duration, and a millisecond axis. Every
 //! name goes through [`esc`].
 
-use super::svg::{esc, num, text};
+use super::svg::{esc, linear_ticks, ms_tick, num, text};
 use crate::analysis::step_view::{LaneKind, SpanKind, StepView};
 use crate::rules::fmt_ms;
 use std::fmt::Write;
@@ -103,16 +103,7 @@ pub fn plot(v: &StepView) -> String {
 
 /// A tick every 1, 2 or 5 × 10ⁿ ms, about eight across.
 fn ticks(s: &mut String, dur_ns: i64, bottom: f64, px: &dyn Fn(i64) -> f64) {
-    let ms = dur_ns.max(1) as f64 / 1e6;
-    let raw = ms / 8.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * mag)
-        .find(|&st| st >= raw)
-        .unwrap_or(10.0 * mag);
-    let mut t = 0.0;
-    while t <= ms + 1e-9 {
+    for t in linear_ticks(dur_ns.max(1) as f64 / 1e6, 8.0) {
         let x = px((t * 1e6) as i64);
         let _ = write!(
             s,
@@ -121,20 +112,12 @@ fn ticks(s: &mut String, dur_ns: i64, bottom: f64, px: &dyn Fn(i64) -> f64) {
             num(TOP),
             num(bottom)
         );
-        let label = if t == 0.0 {
-            "0".to_string()
-        } else if t >= 1.0 - 1e-9 {
-            format!("{} ms", num(t))
-        } else {
-            format!("{:.0} µs", t * 1e3)
-        };
         // The last label ends at the axis's end instead of running past it.
         let anchor = if x > W - RIGHT - 30.0 {
             "end"
         } else {
             "middle"
         };
-        text(s, x, bottom + 16.0, "tick", anchor, &label);
-        t += step;
+        text(s, x, bottom + 16.0, "tick", anchor, &ms_tick(t));
     }
 }
