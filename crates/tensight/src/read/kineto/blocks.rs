@@ -224,7 +224,7 @@ fn parse_element<'a>(
                 Ok((end, used)) => {
                     tokens.consume(used);
                     c.elements += 1;
-                    add_event(ev, c, names);
+                    add_event(&ev, c, names);
                     return Ok(end);
                 }
                 Err(Miss::More) if tokens.more() => continue,
@@ -248,14 +248,14 @@ fn parse_element_bytewise<'a>(
         let mut ev = RawEvent::default();
         if let Ok(end) = event_parser::parse_event_into(buf, start, &mut ev) {
             c.elements += 1;
-            add_event(ev, c, names);
+            add_event(&ev, c, names);
             return Ok(end);
         }
     }
     let end = scan::value_end(buf, start)?;
     c.elements += 1;
     match serde_json::from_slice::<RawEvent>(&buf[start..end]) {
-        Ok(ev) => add_event(ev, c, names),
+        Ok(ev) => add_event(&ev, c, names),
         Err(_) => c.counters.add(
             "unparseable_event",
             CounterSeverity::DataLoss,

@@ -1,4 +1,5 @@
-//! A hand-written parser for one Kineto event object: the reader's fast path.
+//! A hand-written parser for one Kineto event object, byte by byte: what reads the
+//! events the index parser ([`super::index_parser`]) leaves, before serde.
 //!
 //! Input: the bytes of a trace and the offset of an event's `{`. Output: the same
 //! borrowed [`RawEvent`] that serde would build from that event, and the offset just
