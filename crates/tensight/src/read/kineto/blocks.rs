@@ -9,9 +9,11 @@
 
 use super::chunk::Chunk;
 use super::event_parser;
+use super::index_parser::{self, Miss};
 use super::intern::{Interner, SharedNames};
 use super::raw::RawEvent;
 use super::scan::{self, Truncated};
+use super::structural::Tokens;
 use super::to_model::add_event;
 use crate::model::CounterSeverity;
 use rayon::prelude::*;
@@ -24,6 +26,17 @@ enum Stop {
     End(usize),
     /// The input ended (or broke) inside the value at this offset.
     Truncated(usize),
+}
+
+/// Which parser reads the events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Parse {
+    /// The structural index ([`super::structural`], [`super::index_parser`]), then
+    /// the byte-at-a-time parser for what it leaves.
+    Indexed,
+    /// The byte-at-a-time parser only (tests compare the two).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Bytewise,
 }
 
 /// What one block's task produced.
@@ -53,6 +66,7 @@ pub(super) fn read_event_array(
     pos: usize,
     release: &(dyn Fn(usize, usize) + Sync),
     block_bytes: usize,
+    parse: Parse,
     names: &SharedNames,
 ) -> (Vec<Chunk>, Result<usize, Truncated>) {
     let first = scan::skip_ws(buf, pos + 1);
@@ -78,7 +92,7 @@ pub(super) fn read_event_array(
             };
             let mut chunk = Chunk::default();
             let stop = match start {
-                Some(s) => run_elements(buf, s, limit(k), &mut chunk, names),
+                Some(s) => run_elements(buf, s, limit(k), parse, &mut chunk, names),
                 None => Stop::Next(usize::MAX),
             };
             chunk.sort_lists();
@@ -102,7 +116,7 @@ pub(super) fn read_event_array(
         } else {
             drop(block);
             let mut chunk = Chunk::default();
-            stop = run_elements(buf, next, limit(k), &mut chunk, names);
+            stop = run_elements(buf, next, limit(k), parse, &mut chunk, names);
             chunk.sort_lists();
             chunks.push(chunk);
         }
@@ -151,42 +165,80 @@ fn element_start(buf: &[u8], from: usize, limit: usize) -> Option<usize> {
 }
 
 /// The sequential rule over elements from `i` (an element start) while elements start
-/// before `limit`.
+/// before `limit`. Elements are found through the structural index ([`Tokens`]): the
+/// token after an element is the first byte past it that is not white space.
 fn run_elements(
     buf: &[u8],
     mut i: usize,
     limit: usize,
+    parse: Parse,
     c: &mut Chunk,
     shared: &SharedNames,
 ) -> Stop {
     let mut names = Interner::new(shared);
+    let mut tokens = Tokens::new(buf, i);
     loop {
         if i >= limit {
             return Stop::Next(i);
         }
-        let end = match parse_element(buf, i, c, &mut names) {
+        let end = match parse_element(buf, i, &mut tokens, parse, c, &mut names) {
             Ok(e) => e,
             Err(Truncated(at)) => return Stop::Truncated(at),
         };
-        i = scan::skip_ws(buf, end);
-        match buf.get(i) {
-            Some(b',') => {
-                i = scan::skip_ws(buf, i + 1);
+        // The next token is the first byte past the element that is not white space.
+        debug_assert_eq!(
+            tokens.peek().unwrap_or(buf.len()),
+            scan::skip_ws(buf, end),
+            "element ending at {end}"
+        );
+        match tokens.next() {
+            Some(comma) if buf[comma] == b',' => match tokens.peek() {
                 // Tolerate a trailing comma before the closing bracket.
-                if buf.get(i) == Some(&b']') {
-                    return Stop::End(i + 1);
-                }
-            }
-            Some(b']') => return Stop::End(i + 1),
-            _ => return Stop::Truncated(i),
+                Some(close) if buf[close] == b']' => return Stop::End(close + 1),
+                Some(next) => i = next,
+                None => i = buf.len(),
+            },
+            Some(close) if buf[close] == b']' => return Stop::End(close + 1),
+            Some(other) => return Stop::Truncated(other),
+            None => return Stop::Truncated(buf.len()),
         }
     }
 }
 
-/// Parse the element at `start` into `c`; returns the offset past it. The fast
-/// parser handles ordinary events; anything else is cut by bracket matching and
-/// given to serde, which decides (and may count it as unparseable).
+/// Parse the element at `start` (the next token) into `c`; returns the offset past
+/// it. The index parser reads ordinary events; anything else goes to the
+/// byte-at-a-time parser, then (cut by bracket matching) to serde, which decides (and
+/// may count it as unparseable), and the index restarts past the element.
 fn parse_element<'a>(
+    buf: &'a [u8],
+    start: usize,
+    tokens: &mut Tokens<'a>,
+    parse: Parse,
+    c: &mut Chunk,
+    names: &mut Interner<'a, '_>,
+) -> Result<usize, Truncated> {
+    if parse == Parse::Indexed && buf.get(start) == Some(&b'{') {
+        loop {
+            let mut ev = RawEvent::default();
+            match index_parser::parse_event_into(&tokens.window(), buf, &mut ev) {
+                Ok((end, used)) => {
+                    tokens.consume(used);
+                    c.elements += 1;
+                    add_event(&ev, c, names);
+                    return Ok(end);
+                }
+                Err(Miss::More) if tokens.more() => continue,
+                Err(_) => break,
+            }
+        }
+    }
+    let end = parse_element_bytewise(buf, start, c, names)?;
+    tokens.restart(end);
+    Ok(end)
+}
+
+/// [`parse_element`] without the index: the byte-at-a-time parser, then serde.
+fn parse_element_bytewise<'a>(
     buf: &'a [u8],
     start: usize,
     c: &mut Chunk,
@@ -196,14 +248,14 @@ fn parse_element<'a>(
         let mut ev = RawEvent::default();
         if let Ok(end) = event_parser::parse_event_into(buf, start, &mut ev) {
             c.elements += 1;
-            add_event(ev, c, names);
+            add_event(&ev, c, names);
             return Ok(end);
         }
     }
     let end = scan::value_end(buf, start)?;
     c.elements += 1;
     match serde_json::from_slice::<RawEvent>(&buf[start..end]) {
-        Ok(ev) => add_event(ev, c, names),
+        Ok(ev) => add_event(&ev, c, names),
         Err(_) => c.counters.add(
             "unparseable_event",
             CounterSeverity::DataLoss,

@@ -7,12 +7,16 @@
 //! The top-level object is walked with the tokenizer in [`super::scan`]. The event
 //! array is cut into blocks of a few MB parsed in parallel, each guessing where its
 //! first event starts; the guesses are checked in file order, so the result is the one
-//! a sequential pass gives ([`blocks`]). Events are parsed into borrowed structs
-//! holding only the fields diagnosis needs ([`raw`]), by a hand-written parser
-//! ([`event_parser`]) that hands anything unusual to serde, which decides. Each event
-//! becomes a model struct in its block's [`chunk::Chunk`] ([`to_model`], where every
-//! field of the trace is mapped), with names interned once per read ([`intern`]). Each
-//! block sorts its lists; they are merged into the profile ([`merge`]: stable, so equal
+//! a sequential pass gives ([`blocks`]). Events are read in two stages, in the manner
+//! of simdjson: a structural index finds every token outside strings 64 bytes at a
+//! time ([`structural`]), and a parser walks those tokens into borrowed structs
+//! holding only the fields diagnosis needs ([`index_parser`], [`raw`]). An event the
+//! index parser does not handle (escapes, odd numbers, anything invalid) goes to the
+//! byte-at-a-time parser ([`event_parser`]), which hands what it does not handle to
+//! serde, which decides: each path accepts only what serde accepts, with the same
+//! values. Each event becomes a model struct in its block's [`chunk::Chunk`]
+//! ([`to_model`], where every field of the trace is mapped), with names interned once
+//! per read ([`intern`]). Each block sorts its lists; they are merged into the profile ([`merge`]: stable, so equal
 //! keys keep file order). No document tree is ever built, and the bytes of parsed
 //! blocks can be dropped from memory as the read goes ([`read_releasing`]). Events
 //! that cannot be used are counted in [`ImportCounters`](crate::model::ImportCounters),
@@ -20,7 +24,9 @@
 //! and reports the byte offset.
 //!
 //! Files, one job each: [`blocks`] (cutting the event array into blocks, parsed in
-//! parallel), [`event_parser`] (one event's bytes to a [`raw::RawEvent`]), [`raw`]
+//! parallel), [`structural`] (the token index), [`index_parser`] (one event's tokens
+//! to a [`raw::RawEvent`]), [`event_parser`] (the same from bytes), [`fields`] (the
+//! key table both use), [`numbers`] (JSON numbers as serde reads them), [`raw`]
 //! (those borrowed event types and their number conversions), [`intern`] (names and
 //! kept strings), [`to_model`] (a raw event to model structs), [`chunk`] (one block's
 //! lists, sorted), [`merge`] (the blocks' lists into the profile), [`top_level`] (the
@@ -29,9 +35,13 @@
 mod blocks;
 mod chunk;
 mod event_parser;
+mod fields;
+mod index_parser;
 mod intern;
 mod merge;
+mod numbers;
 mod raw;
+mod structural;
 #[cfg(test)]
 mod tests;
 mod to_model;
@@ -39,6 +49,7 @@ mod top_level;
 
 use super::scan::{self, Truncated};
 use crate::model::{CounterSeverity, Profile};
+use blocks::Parse;
 use chunk::Chunk;
 use intern::SharedNames;
 
@@ -84,14 +95,16 @@ pub fn read_releasing(
     profile: &mut Profile,
     warnings: &mut Vec<String>,
 ) -> Result<(), NotATrace> {
-    read_blocks(buf, release, BLOCK_BYTES, profile, warnings)
+    read_blocks(buf, release, BLOCK_BYTES, Parse::Indexed, profile, warnings)
 }
 
-/// [`read_releasing`] with blocks of `block_bytes` (tests use tiny blocks).
+/// [`read_releasing`] with blocks of `block_bytes` (tests use tiny blocks), events read
+/// by `parse`.
 fn read_blocks(
     buf: &[u8],
     release: &(dyn Fn(usize, usize) + Sync),
     block_bytes: usize,
+    parse: Parse,
     profile: &mut Profile,
     warnings: &mut Vec<String>,
 ) -> Result<(), NotATrace> {
@@ -102,7 +115,8 @@ fn read_blocks(
     let mut truncated: Option<usize> = None;
     match buf.get(start) {
         Some(b'[') => {
-            let (c, end) = blocks::read_event_array(buf, start, release, block_bytes, &names);
+            let (c, end) =
+                blocks::read_event_array(buf, start, release, block_bytes, parse, &names);
             chunks.extend(c);
             if let Err(Truncated(at)) = end {
                 truncated = Some(at);
@@ -117,7 +131,7 @@ fn read_blocks(
                     saw_events = true;
                     keys.push(key);
                     let (c, end) =
-                        blocks::read_event_array(buf, m.start, release, block_bytes, &names);
+                        blocks::read_event_array(buf, m.start, release, block_bytes, parse, &names);
                     chunks.extend(c);
                     return Some(end);
                 }

@@ -78,9 +78,13 @@ pub(super) const TRACE: &str = r#"{
 }"#;
 
 fn read_with(buf: &[u8], block_bytes: usize) -> String {
+    read_parsed(buf, block_bytes, Parse::Indexed)
+}
+
+fn read_parsed(buf: &[u8], block_bytes: usize, parse: Parse) -> String {
     let mut p = Profile::default();
     let mut w = Vec::new();
-    let r = read_blocks(buf, &|_, _| {}, block_bytes, &mut p, &mut w);
+    let r = read_blocks(buf, &|_, _| {}, block_bytes, parse, &mut p, &mut w);
     format!("{r:?}\n{w:?}\n{p:?}")
 }
 
@@ -103,6 +107,7 @@ fn blocks_do_not_change_the_result() {
     }
     for input in &inputs {
         let one = read_with(input, usize::MAX);
+        assert_eq!(read_parsed(input, usize::MAX, Parse::Bytewise), one);
         for block in [1, 2, 5, 13, 64, 333] {
             assert_eq!(
                 read_with(input, block),
@@ -148,4 +153,192 @@ fn trace_reads_as_expected() {
     assert_eq!(count("time_out_of_range"), 1);
     assert_eq!(count("escaped_string"), 1);
     assert_eq!(count("flow_event"), 2);
+}
+
+/// Generated Kineto-like events, valid and not: what the property tests feed both
+/// event parsers and the whole reader.
+pub(super) mod gen {
+    use proptest::prelude::*;
+
+    /// White space between tokens, as compact and pretty-printed traces have it.
+    fn ws() -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            Just(""),
+            Just(" "),
+            Just("\n    "),
+            Just("\t"),
+            Just(" \r\n")
+        ]
+    }
+
+    /// A JSON string literal: plain text, escaped quotes and backslashes, unicode
+    /// (raw and escaped), and now and then something serde refuses (a raw control
+    /// character, a bad escape, a lone surrogate escape).
+    pub(crate) fn string() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            8 => "[a-zA-Z0-9 _:<>().#,{}\\[\\]-]{0,24}",
+            1 => Just(r#"\""#.to_string()),
+            1 => Just(r"\\".to_string()),
+            1 => Just(r"\n\t\/".to_string()),
+            1 => Just(r"\u00e9\u12ab".to_string()),
+            1 => Just("é€😀".to_string()),
+            1 => Just("\u{1}".to_string()),
+            1 => Just(r"\x".to_string()),
+            1 => Just(r"\ud800".to_string()),
+        ];
+        proptest::collection::vec(piece, 0..4).prop_map(|v| format!("\"{}\"", v.concat()))
+    }
+
+    /// A number as Kineto writes them, and the forms only other writers (or broken
+    /// files) have: exponents, long digit runs, leading zeros, a lone sign.
+    pub(crate) fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            6 => "-?(0|[1-9][0-9]{0,16})(\\.[0-9]{1,6})?",
+            1 => "-?[1-9][0-9]{17,22}(\\.[0-9]{1,4})?",
+            1 => "-?[0-9]{1,4}(\\.[0-9]{1,3})?[eE][-+]?[0-9]{1,3}",
+            1 => prop_oneof![Just("01"), Just("1."), Just("-"), Just(".5"), Just("1e"), Just("+1"), Just("1.5.2")]
+                .prop_map(str::to_string),
+        ]
+    }
+
+    /// Any value, nested up to `depth`.
+    pub(crate) fn value(depth: u32) -> BoxedStrategy<String> {
+        let leaf = prop_oneof![
+            3 => number(),
+            3 => string(),
+            1 => prop_oneof![Just("true"), Just("false"), Just("null"), Just("nul"), Just("truex")]
+                .prop_map(str::to_string),
+        ];
+        leaf.prop_recursive(depth, 24, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec((ws(), inner.clone()), 0..5).prop_map(|v| {
+                    let items: Vec<String> =
+                        v.into_iter().map(|(w, x)| format!("{w}{x}")).collect();
+                    format!("[{}]", items.join(","))
+                }),
+                proptest::collection::vec((string(), ws(), inner), 0..4).prop_map(|v| {
+                    let items: Vec<String> = v
+                        .into_iter()
+                        .map(|(k, w, x)| format!("{k}:{w}{x}"))
+                        .collect();
+                    format!("{{{}}}", items.join(", "))
+                }),
+            ]
+        })
+        .boxed()
+    }
+
+    /// A member of `args`: a known key with a value of its kind (or of another), or
+    /// any key.
+    fn arg() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("External id"),
+            Just("correlation"),
+            Just("Record function id"),
+            Just("device"),
+            Just("stream"),
+            Just("bytes"),
+            Just("kind"),
+            Just("grid"),
+            Just("block"),
+            Just("registers per thread"),
+            Just("Input Dims"),
+            Just("Input type"),
+            Just("Concrete Inputs"),
+            Just("Call stack"),
+            Just("name"),
+            Just("Python id"),
+            Just("Ev Idx"),
+            Just("dtype"),
+            Just("Collective name"),
+            Just("Total Allocated"),
+            Just("ex\\u0074ra"),
+            Just("é"),
+        ];
+        (
+            key,
+            ws(),
+            prop_oneof![3 => number(), 3 => value(3), 1 => string()],
+        )
+            .prop_map(|(k, w, v)| format!("\"{k}\":{w}{v}"))
+    }
+
+    /// One event object: the fields Kineto writes, in its order or shuffled, with
+    /// values of the usual kind mostly, and sometimes a repeated or odd field.
+    pub(crate) fn event() -> impl Strategy<Value = String> {
+        let member = prop_oneof![
+            2 => prop_oneof![Just("\"X\""), Just("\"i\""), Just("\"M\""), Just("\"s\""), Just("7")]
+                .prop_map(|v| format!("\"ph\": {v}")),
+            2 => prop_oneof![Just("\"cpu_op\""), Just("\"kernel\""), Just("\"python_function\""),
+                    Just("\"cuda_runtime\""), Just("\"Trace\""), Just("null")]
+                .prop_map(|v| format!("\"cat\": {v}")),
+            2 => string().prop_map(|v| format!("\"name\": {v}")),
+            2 => prop_oneof![number(), Just("\"Spans\"".to_string()), Just("\"12\"".to_string())]
+                .prop_map(|v| format!("\"pid\": {v}")),
+            2 => number().prop_map(|v| format!("\"tid\": {v}")),
+            3 => prop_oneof![3 => number(), 1 => Just("\"1700000000001.5\"".to_string())]
+                .prop_map(|v| format!("\"ts\": {v}")),
+            2 => number().prop_map(|v| format!("\"dur\": {v}")),
+            3 => (proptest::collection::vec((arg(), ws()), 0..6))
+                .prop_map(|v| {
+                    let items: Vec<String> = v.into_iter().map(|(a, w)| format!("{w}{a}")).collect();
+                    format!("\"args\": {{{}}}", items.join(","))
+                }),
+            1 => (string(), value(2)).prop_map(|(k, v)| format!("{k}: {v}")),
+        ];
+        proptest::collection::vec((ws(), member), 0..10).prop_map(|v| {
+            let items: Vec<String> = v.into_iter().map(|(w, m)| format!("{w}{m}")).collect();
+            format!("{{{}}}", items.join(","))
+        })
+    }
+
+    /// An event, sometimes damaged: cut short, or one byte replaced.
+    pub(crate) fn event_bytes() -> impl Strategy<Value = Vec<u8>> {
+        (
+            event(),
+            0usize..4,
+            any::<prop::sample::Index>(),
+            any::<u8>(),
+        )
+            .prop_map(|(e, how, at, byte)| {
+                let mut b = e.into_bytes();
+                if b.is_empty() {
+                    return b;
+                }
+                let i = at.index(b.len());
+                match how {
+                    0 => b.truncate(i),
+                    1 => b[i] = byte,
+                    _ => {}
+                }
+                b
+            })
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// The indexed reader gives what the byte-at-a-time reader gives, on traces of
+    /// generated events (some broken), whole and cut anywhere, in blocks of any size.
+    #[test]
+    fn indexed_reader_matches_bytewise(
+        events in proptest::collection::vec(gen::event_bytes(), 0..12),
+        cut in proptest::prelude::any::<proptest::sample::Index>(),
+        block in 1usize..400,
+    ) {
+        let mut t = b"{\"traceEvents\": [\n".to_vec();
+        for (i, e) in events.iter().enumerate() {
+            if i > 0 {
+                t.extend_from_slice(b",\n  ");
+            }
+            t.extend_from_slice(e);
+        }
+        t.extend_from_slice(b"\n]}");
+        for input in [&t[..], &t[..cut.index(t.len() + 1)]] {
+            let want = read_parsed(input, usize::MAX, Parse::Bytewise);
+            proptest::prop_assert_eq!(&read_parsed(input, usize::MAX, Parse::Indexed), &want);
+            proptest::prop_assert_eq!(&read_parsed(input, block, Parse::Indexed), &want);
+        }
+    }
 }

@@ -19,7 +19,7 @@ use crate::model::{
 
 const MALFORMED: &str = "events without a usable pid, tid, ts or dur; skipped";
 
-pub(super) fn add_event<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_>) {
+pub(super) fn add_event<'a>(ev: &RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_>) {
     if ev.cat.as_deref() == Some(TENSIGHT_CATEGORY) {
         // tensight's own annotations (`analyze --format perfetto`): counted, so a
         // read-back shows them, and never analysed, so its diagnosis is the original's.
@@ -62,7 +62,7 @@ pub(super) fn add_event<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interne
     }
 }
 
-fn add_metadata(ev: RawEvent, c: &mut Chunk) {
+fn add_metadata(ev: &RawEvent, c: &mut Chunk) {
     let Some(Id::Int(pid)) = ev.pid else {
         return;
     };
@@ -90,7 +90,7 @@ fn add_metadata(ev: RawEvent, c: &mut Chunk) {
     }
 }
 
-fn add_memory(ev: RawEvent, c: &mut Chunk) {
+fn add_memory(ev: &RawEvent, c: &mut Chunk) {
     let (Some(ts), Some(a)) = (ev.ts.and_then(Micros::get), ev.args.as_ref()) else {
         c.counters
             .add("malformed_event", CounterSeverity::DataLoss, MALFORMED, 1);
@@ -116,12 +116,15 @@ fn add_memory(ev: RawEvent, c: &mut Chunk) {
     });
 }
 
-fn add_complete<'a>(ev: RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_>) {
+fn add_complete<'a>(ev: &RawEvent<'a>, c: &mut Chunk, names: &mut Interner<'a, '_>) {
     let cat = ev.cat.as_deref().unwrap_or("");
-    // Lower-cased on the stack: categories are short, and this runs for every event.
+    // Categories as written are lower case but for a few writers ("Kernel"): those
+    // are lower-cased on the stack (they are short; this runs for every event).
     let mut lower = [0u8; 32];
     let long;
-    let cat_l: &str = if cat.len() <= lower.len() {
+    let cat_l: &str = if !cat.bytes().any(|b| b.is_ascii_uppercase()) {
+        cat
+    } else if cat.len() <= lower.len() {
         let l = &mut lower[..cat.len()];
         l.copy_from_slice(cat.as_bytes());
         l.make_ascii_lowercase();
