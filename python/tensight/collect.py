@@ -150,6 +150,15 @@ class Collector:
         self._finishing = False  # finish() is writing the bundle (a signal then waits)
         self._pending_signal: int | None = None
         self._timed_after_drain = 0  # unprofiled steps timed after a prefetch drained
+        # A window written from a loop's steps is provisional until the loop has run as
+        # many more steps (`_confirm_at`, a count of boundaries): a loop that ends before
+        # that may only have set things up (a benchmark's data built in a loop before the
+        # timed one). Its window is then set aside (`_aside`) and the watch goes on: a
+        # later loop's window replaces it; if none comes, it is put back at the end.
+        self._confirm_at: int | None = None
+        self._aside: dict[str, Any] | None = None
+        self._window_mode: Mode | None = None  # the steps the written window holds
+        self._window_loop: Loop | None = None
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -252,7 +261,19 @@ class Collector:
         """The program left the step loop before the window was written (it only set
         things up): drop what was recorded with it and watch for the next loop."""
         with self._lock:
-            if self.state is State.DONE or not self.enabled:
+            if not self.enabled:
+                return
+            if self.state is State.DONE:
+                if self._confirm_at is None:
+                    return
+                say(f"the loop at {loop.where} ended after {self.count} steps, soon after "
+                    "its window: keeping that window while looking for a loop that runs "
+                    "longer")
+                self._set_aside()
+                self.count = 0
+                self.warmup_done = 0
+                self._gpu_marks.clear()
+                self.t_last = None
                 return
             say(f"the loop at {loop.where} ended after {self.count} steps: looking for "
                 "another")
@@ -330,6 +351,10 @@ class Collector:
     def _boundary(self) -> None:
         now = time.perf_counter()
         self.count += 1
+        if self.state is State.DONE:  # a provisional window's loop goes on
+            if self._confirm_at is not None and self.count >= self._confirm_at:
+                self._confirmed()
+            return
         self._rank()  # the backend, while the program's process group is up
         if self.spec_running:
             if self.spec_tid != threading.get_ident():
@@ -509,17 +534,72 @@ class Collector:
             self._window_log_level = None
 
     def _finish_window(self) -> None:
-        """The window is written: the manifest, and stop the program if asked."""
+        """The window is written: the manifest, and stop the program if asked. A window
+        of a loop's steps waits for the loop to go on as long again (`_confirmed`)."""
         self.state = State.DONE
-        self.finder.remove()
+        self._window_mode, self._window_loop = self.mode, self.finder.loop
+        provisional = self.mode is Mode.LOOP and self.finder.loop is not None
+        if provisional:
+            self._confirm_at = 2 * self.count
+        else:
+            self.finder.remove()
         self.spec = None  # the fallback is not needed any more
         contract.remove(self.bundle / "et.spec.json")
         say(f"recorded {self.recorded} {self.mode.value if self.mode else ''} steps"
             f"{' and a detail step' if self.detail_kept else ''}")
+        self._drop_aside()  # an earlier loop's window, set aside: this one replaces it
         self.write_manifest("running", None, None)
+        if self.stop and not provisional:
+            self.finish("completed", 0, None)
+            profiling.stop_program()
+
+    def _confirmed(self) -> None:
+        """The window's loop went on as long again: it is the step loop."""
+        self._confirm_at = None
+        self.finder.remove()
         if self.stop:
             self.finish("completed", 0, None)
             profiling.stop_program()
+
+    _ASIDE_FILES = (contract.TRACE, contract.DETAIL, contract.EXECUTION_TRACE)
+
+    def _set_aside(self) -> None:
+        """Keep the written window (files renamed, its facts saved) and start over."""
+        self._drop_aside()
+        for name in self._ASIDE_FILES:
+            f = self.bundle / name
+            if f.exists():
+                f.replace(self.bundle / (name + ".aside"))
+        self._aside = {k: getattr(self, k) for k in (
+            "kept", "detail_kept", "recorded", "first_index", "warmup_done", "ms_unprofiled",
+            "ms_unprofiled_gpu", "ms_profiled", "_window_mode", "_window_loop")}
+        self.kept, self.detail_kept, self.recorded = None, False, 0
+        self._window_mode = self._window_loop = None
+        self.ms_unprofiled, self.ms_unprofiled_gpu, self.ms_profiled = [], [], []
+        self._confirm_at = None
+        self.state = State.WAITING
+
+    def _drop_aside(self) -> None:
+        if self._aside is None:
+            return
+        self._aside = None
+        for name in self._ASIDE_FILES:
+            contract.remove(self.bundle / (name + ".aside"))
+
+    def _restore_aside(self) -> None:
+        """The program ended before a later loop's window was written: the set-aside
+        window is the recording."""
+        aside, self._aside = self._aside, None
+        if aside is None:
+            return
+        self._drop_window()
+        for name in self._ASIDE_FILES:
+            f = self.bundle / (name + ".aside")
+            if f.exists():
+                f.replace(self.bundle / name)
+        for k, v in aside.items():
+            setattr(self, k, v)
+        self.state = State.DONE
 
     def _close_prof(self) -> None:
         """Stop the timed session (it exports if it was recording) and, with
@@ -638,6 +718,9 @@ class Collector:
                     self.enabled = self.finder.enabled = False
                     self.finder.remove()
                     prefetch.uninstall()
+                    if self._aside is not None and self.kept is None:
+                        self._restore_aside()
+                    self._drop_aside()
                     self._finalize_recording()
                     if _active is self:
                         _active = None
@@ -707,7 +790,8 @@ class Collector:
         whole = self.kept == "whole_program" or (self.kept is None and self.mode is None)
         window = self.kept == "window"
         et_ok = (self.bundle / contract.EXECUTION_TRACE).exists()
-        loop = self.finder.loop
+        loop = self._window_loop if window else self.finder.loop
+        mode = self._window_mode if window and self._window_mode else self.mode
         spec_opts = profiling.FULL if self.spec_full else profiling.LIGHT
         return contract.Manifest(
             tensight_version=_tensight_version(),
@@ -717,7 +801,7 @@ class Collector:
             device=_device(),
             command=self.command,
             cwd=self.cwd,
-            step_detection="whole_program" if whole else (self.mode.value if self.mode else "?"),
+            step_detection="whole_program" if whole else (mode.value if mode else "?"),
             step_loop=loop.describe() if loop is not None and not whole else None,
             warmup_steps=0 if whole else self.warmup_done,
             steps_requested=self.steps,

@@ -356,14 +356,17 @@ class LoopWatch:
         sys.settrace(tracer)
         # Frames already running (the module that imported torch, a main() around it)
         # get line events too.
-        f: FrameType | None = sys._getframe(1)
+        self._trace_running(sys._getframe(1))
+        self._active = True
+        return True
+
+    def _trace_running(self, f: FrameType | None) -> None:
+        """Line events for the user's frames from `f` up the stack that have loops."""
         while f is not None:
             if f.f_trace is None and self.is_user(f.f_code) and static_loops(f.f_code):
                 f.f_trace = self._local(f)
                 f.f_trace_lines = True
             f = f.f_back
-        self._active = True
-        return True
 
     def _local(self, frame: FrameType) -> Any:
         prev = [frame.f_lasti]
@@ -466,6 +469,10 @@ class LoopWatch:
             mon.set_local_events(self._tool, loop.code, 0)
             mon.set_events(self._tool, mon.events.JUMP)
             mon.restart_events()
+        elif self._tracer is not None:
+            # The frames running now lost their line events when the loop was chosen
+            # (`_decide`): the loop around the call that returns next is in one of them.
+            self._trace_running(sys._getframe(1))
         if self._on_exit is not None:
             try:
                 self._on_exit(loop)

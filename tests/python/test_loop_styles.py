@@ -106,3 +106,22 @@ def test_a_plain_trace_has_its_steps_found(name: str, tmp_path: Path) -> None:
     assert close(s["step_time_median_ms"], theirs), (
         f"{name}: tensight {s['step_time_median_ms']:.2f} ms, the program {theirs[0]:.2f} ms "
         f"timed, {theirs[1]:.2f} ms start to start ({s['step_source']})")
+
+
+def test_a_loop_that_ends_soon_after_its_window_is_kept_when_no_other_comes(
+        tmp_path: Path) -> None:
+    """setup_then_bench with one timed call: its setup loop's window is set aside when the
+    loop ends, no later loop repeats, so that window is put back as the recording."""
+    bundle = tmp_path / "b"
+    cmd = [TENSIGHT, "run", "--steps", str(STEPS), "--warmup", str(WARMUP), "--stop",
+           "--out", str(bundle), "--", sys.executable, str(LOOPS / "setup_then_bench.py"),
+           "--iters", "1", "--device", "cpu"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "keeping that window while looking for a loop" in r.stderr
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["step_detection"] == "loop"
+    assert manifest["step_loop"]["function"] == "assemble"
+    assert manifest["steps_recorded"] == STEPS
+    assert all((bundle / f).is_file() for f in ("trace.json.gz", "detail.json.gz"))
+    assert not list(bundle.glob("*.aside"))
