@@ -64,6 +64,34 @@ pub struct RunMetrics {
     pub step_view: Option<step_view::StepView>,
 }
 
+impl RunMetrics {
+    /// The device's memory bandwidth, GB/s (bytes per ns), when its ceilings are known.
+    pub fn mem_bw_gbs(&self) -> Option<f64> {
+        self.device
+            .as_ref()
+            .and_then(|d| d.ceilings)
+            .map(|c| c.mem_bw_gbs)
+            .filter(|&b| b > 0.0)
+    }
+
+    /// The kernels of the steps grouped by the op `owner` picks for their launching op
+    /// (its index, e.g. the scatter or sort op above it), each group in time order.
+    pub(crate) fn step_kernels_by(
+        &self,
+        p: &Profile,
+        owner: impl Fn(u32) -> Option<u32>,
+    ) -> std::collections::BTreeMap<u32, Vec<u32>> {
+        let mut out: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+        for &gi in &self.timeline.gpu_in_steps {
+            let g = &p.gpu[gi as usize];
+            if let Some(o) = g.op.filter(|_| g.is_kernel()).and_then(&owner) {
+                out.entry(o).or_default().push(gi);
+            }
+        }
+        out
+    }
+}
+
 /// The device and its ceilings.
 #[derive(Debug, Clone, Serialize)]
 pub struct DeviceSummary {

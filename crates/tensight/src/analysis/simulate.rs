@@ -53,6 +53,24 @@ pub struct Change {
 }
 
 impl Change {
+    /// Give kernels `ks` new durations in `durations` that keep their proportions and
+    /// add up to `total_ns` (a modelled time for the work they did together).
+    pub fn scale_kernels(
+        durations: &mut HashMap<u32, i64>,
+        p: &Profile,
+        ks: &[u32],
+        total_ns: i64,
+    ) {
+        let now: i64 = ks.iter().map(|&gi| p.gpu[gi as usize].dur_ns).sum();
+        if now <= 0 {
+            return;
+        }
+        for &gi in ks {
+            let d = p.gpu[gi as usize].dur_ns as f64;
+            durations.insert(gi, (d * total_ns as f64 / now as f64).round() as i64);
+        }
+    }
+
     /// A change of kernel durations only.
     pub fn durations(d: HashMap<u32, i64>) -> Change {
         Change {

@@ -158,30 +158,14 @@ struct Site {
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
     let m = ctx.metrics;
-    let Some(bw) = m
-        .device
-        .as_ref()
-        .and_then(|d| d.ceilings)
-        .map(|c| c.mem_bw_gbs)
-        .filter(|&b| b > 0.0)
-    else {
+    let Some(bw) = m.mem_bw_gbs() else {
         return Vec::new();
     };
     let n = ctx.steps();
-    // Kernels of the steps by the scatter op above them.
-    let mut kernels: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for &gi in &m.timeline.gpu_in_steps {
-        let g = &p.gpu[gi as usize];
-        if !g.is_kernel() {
-            continue;
-        }
-        if let Some(o) = g.op.and_then(|o| {
-            p.op_ancestors(o)
-                .find(|&a| scatter_args(&p.ops[a as usize]).is_some())
-        }) {
-            kernels.entry(o).or_default().push(gi);
-        }
-    }
+    let kernels = m.step_kernels_by(p, |o| {
+        p.op_ancestors(o)
+            .find(|&a| scatter_args(&p.ops[a as usize]).is_some())
+    });
     let mut new_dur: HashMap<u32, i64> = HashMap::new();
     let mut sites: BTreeMap<(String, String), Site> = BTreeMap::new();
     for (&o, ks) in &kernels {
@@ -196,13 +180,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         {
             continue;
         }
-        for &gi in ks {
-            let d = p.gpu[gi as usize].dur_ns;
-            new_dur.insert(
-                gi,
-                (d as f64 * pass_ns as f64 / kernel_ns as f64).round() as i64,
-            );
-        }
+        Change::scale_kernels(&mut new_dur, p, ks, pass_ns);
         let key = (site_of(p, o), p.ops[o as usize].name.to_string());
         let s = sites.entry(key).or_insert_with(|| Site {
             op: o,

@@ -153,31 +153,15 @@ struct Site {
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
     let m = ctx.metrics;
-    let Some(bw) = m
-        .device
-        .as_ref()
-        .and_then(|d| d.ceilings)
-        .map(|c| c.mem_bw_gbs)
-        .filter(|&b| b > 0.0)
-    else {
+    let Some(bw) = m.mem_bw_gbs() else {
         return Vec::new();
     };
     let n = ctx.steps();
-    // Kernels of the steps by the outermost sort op above them.
-    let mut kernels: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for &gi in &m.timeline.gpu_in_steps {
-        let g = &p.gpu[gi as usize];
-        if !g.is_kernel() {
-            continue;
-        }
-        if let Some(o) = g.op.and_then(|o| {
-            p.op_ancestors(o)
-                .filter(|&a| is_sort(&p.ops[a as usize].name))
-                .last()
-        }) {
-            kernels.entry(o).or_default().push(gi);
-        }
-    }
+    let kernels = m.step_kernels_by(p, |o| {
+        p.op_ancestors(o)
+            .filter(|&a| is_sort(&p.ops[a as usize].name))
+            .last()
+    });
     let mut new_dur: HashMap<u32, i64> = HashMap::new();
     let mut sites: BTreeMap<String, Site> = BTreeMap::new();
     for (&o, ks) in &kernels {
@@ -202,13 +186,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         if kernel_ns < MIN_KERNEL_NS || kernel_ns <= topk_ns {
             continue;
         }
-        for &gi in ks {
-            let d = p.gpu[gi as usize].dur_ns;
-            new_dur.insert(
-                gi,
-                (d as f64 * topk_ns as f64 / kernel_ns as f64).round() as i64,
-            );
-        }
+        Change::scale_kernels(&mut new_dur, p, ks, topk_ns);
         let key = p
             .user_frame(o)
             .map_or_else(|| p.ops[oi].name.to_string(), |f| f.name.to_string());
