@@ -21,11 +21,16 @@ from helpers import TENSIGHT
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "loop_styles_h200"
 PROGRAMS = sorted(p.name.removesuffix(".json.gz") for p in FIXTURES.glob("*.json.gz"))
 LOOPS = Path(__file__).resolve().parents[1] / "loop_styles"
+#: Styles not recorded yet, each with the reason (the file says how to record them).
+UNRECORDED = {k: v for k, v in json.loads((FIXTURES / "UNRECORDED.json").read_text()).items()
+              if not k.startswith("_")}
 
 
-def test_every_loop_style_was_recorded() -> None:
+def test_every_loop_style_was_recorded_or_is_listed_with_why() -> None:
     styles = {p.stem for p in LOOPS.glob("*.py") if not p.stem.startswith("_") and p.stem != "check"}
-    assert set(PROGRAMS) == styles
+    assert set(PROGRAMS) | set(UNRECORDED) == styles, "record new styles, or list them in UNRECORDED.json"
+    assert not set(PROGRAMS) & set(UNRECORDED), "recorded now: take it off UNRECORDED.json"
+    assert all(len(why) > 20 for why in UNRECORDED.values())
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
