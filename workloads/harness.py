@@ -323,8 +323,9 @@ HOLDOUT_SETS = [
      "not tuned on but for one change: its particle_pusher showed V001 silent without a "
      "hardware pass"),
     ("holdout_f", "F", "e43c45c", "the changes of session 19 (M004, deflation by bisection)",
-     "tuned on since session 22: its kmeans_tiles, recsys_ranker and resnet18_cifar drove "
-     "M005, M006, indexing kernels out of G001 and the backward threads' shapes; `after` "
+     "tuned on since session 22: its kmeans_tiles, recsys_ranker, resnet18_cifar and "
+     "vit_linear_probe drove M005, M006, W001, indexing kernels out of G001 and the backward "
+     "threads' shapes; `after` "
      "re-scores the committed `tensight run` recordings only"),
     ("holdout_g", "G", "e1af545", "the changes of session 22 (backward shapes, M005, M006, "
      "indexing out of G001)",

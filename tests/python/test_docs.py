@@ -57,7 +57,7 @@ _HOLDOUT_SENTENCES = [
     ("holdout_e", r"without a hardware\s+pass\): (\d+)/(\d+)\s+primaries and (\d+)/\d+ "
                   r"estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+; plain\s+traces\s+(\d+)/\d+, "
                   r"was\s+(\d+)/\d+\)", _RUN + ("after.primary_ok_plain", "before.primary_ok_plain")),
-    ("holdout_f", r"recsys_ranker and resnet18_cifar\s+drove\): (\d+)/(\d+) primaries and "
+    ("holdout_f", r"resnet18_cifar and\s+vit_linear_probe drove\): (\d+)/(\d+) primaries and "
                   r"(\d+)/\d+ estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+;", _RUN),
 ]
 

@@ -372,3 +372,31 @@ fn a_manifest_cannot_make_tensight_read_outside_the_bundle() {
     );
     assert!(loaded.profile.execution_trace.is_none());
 }
+
+/// W001 on real H200 bundles (hold-out set F): a ViT linear probe whose backbone keeps
+/// `requires_grad` while the optimizer holds only the head, and a control that trains
+/// every parameter.
+#[test]
+fn gradients_nothing_reads_are_found_through_the_execution_trace() {
+    let probe = tensight::analyze_path(&fixture("holdout_f/vit_linear_probe/run1")).unwrap();
+    let f = probe
+        .diagnosis
+        .findings
+        .iter()
+        .find(|f| f.code == "W001")
+        .expect("W001 on the linear probe");
+    assert!(
+        f.message.starts_with("150 of the 152 parameters"),
+        "{}",
+        f.message
+    );
+    // The planted fix (requires_grad_(False) on the backbone) saved 32.2 ms per step on
+    // the H200; the backward after the head's gradients is most of it.
+    assert!(
+        f.saving_ms > 25.0 && f.saving_ms < 36.0,
+        "saving {}",
+        f.saving_ms
+    );
+    let control = tensight::analyze_path(&fixture("holdout_f/mae_control/run1")).unwrap();
+    assert!(control.diagnosis.findings.iter().all(|f| f.code != "W001"));
+}

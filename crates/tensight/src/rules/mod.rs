@@ -39,6 +39,7 @@ mod small_grids;
 mod straggler_rank;
 mod transposed_chain;
 mod uncoalesced_global_access;
+mod unused_parameter_gradients;
 
 use crate::analysis::RunMetrics;
 use crate::model::Profile;
@@ -70,6 +71,8 @@ pub enum Category {
     Views,
     /// A: memory capacity and allocator.
     Allocator,
+    /// W: wasted work: computation whose result nothing uses.
+    WastedWork,
     /// P: between the ranks of a distributed job (parallelism); found only when many
     /// ranks are analysed together.
     Distributed,
@@ -90,6 +93,7 @@ impl Category {
             Category::Fusion => "FUSION",
             Category::Views => "TENSOR_VIEWS",
             Category::Allocator => "MEMORY_CAPACITY",
+            Category::WastedWork => "WASTED_WORK",
             Category::Distributed => "DISTRIBUTED",
         }
     }
@@ -499,6 +503,7 @@ pub static REGISTRY: &[Rule] = &[
     materialised_attention::RULE,
     contended_scatter::RULE,
     full_sort_for_top_k::RULE,
+    unused_parameter_gradients::RULE,
     non_contiguous_view_access::RULE,
     copy_churn::RULE,
     transposed_chain::RULE,
@@ -691,6 +696,7 @@ mod tests {
                 Category::Fusion => 'G',
                 Category::Views => 'V',
                 Category::Allocator => 'A',
+                Category::WastedWork => 'W',
                 Category::Distributed => 'P',
             };
             assert_eq!(
