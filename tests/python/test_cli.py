@@ -455,3 +455,18 @@ def test_version() -> None:
     r = run("--version")
     assert r.returncode == 0
     assert r.stdout.strip() == f"tensight {tensight.__version__}"
+
+
+def test_phases_are_timed_on_request_only() -> None:
+    """TENSIGHT_PHASES=1 (what bench/ splits runs with) prints the wall time of reading,
+    the analyses, each rule and rendering to stderr; the report is the same."""
+    cmd = [TENSIGHT, "analyze", str(PROBE_TRACE), "--format", "json"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    timed = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "TENSIGHT_PHASES": "1"})
+    assert plain.returncode == timed.returncode == 0, timed.stderr
+    assert "phase " not in plain.stderr
+    assert plain.stdout == timed.stdout
+    names = {m.group(1) for m in re.finditer(r"^phase (.+): [\d.]+ ms$", timed.stderr, re.M)}
+    assert {"read", "analyses", "diagnosis", "after the rules", "render and write",
+            "rule S001"} <= names, timed.stderr

@@ -459,6 +459,7 @@ fn emit_perfetto(
 }
 
 fn emit(report: &Report, out: &OutputArgs, inputs: &[PathBuf]) -> tensight::Result<()> {
+    let _p = tensight::phases::start("render and write");
     let text = match out.format {
         Format::Json => report::json::render(report),
         Format::Perfetto => {

@@ -15,6 +15,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod model;
+pub mod phases;
 #[doc(hidden)]
 pub mod rank_sets;
 pub mod read;
@@ -48,8 +49,11 @@ pub fn analyze_path_with(
     et: Option<&Path>,
     ncu: Option<&Path>,
 ) -> Result<report::Report> {
+    let read = phases::start("read");
     let mut loaded = read::load(path)?;
+    drop(read);
     if let Some(et) = et {
+        let _p = phases::start("execution trace");
         read::execution_trace::attach(&mut loaded, et)?;
     }
     if let Some(ncu) = ncu {
@@ -80,8 +84,12 @@ pub fn analyze_bundle_bytes(
 
 /// Analyse and diagnose a loaded profile.
 pub fn diagnose(loaded: read::Loaded, input: String) -> report::Report {
+    let p = phases::start("analyses");
     let metrics = analysis::analyze(&loaded.profile);
+    drop(p);
+    let p = phases::start("diagnosis");
     let diagnosis = diagnosis::diagnose(&rules::Context::new(&loaded.profile, &metrics));
+    drop(p);
     report::Report {
         profile: loaded.profile,
         metrics,

@@ -6,6 +6,7 @@ use super::devices::Ceilings;
 use super::flops::{op_cost, CostKind, Dtype, OpCost};
 use super::kernels::{classify, is_fp32_simt_gemm, is_tf32_gemm, uses_tensor_cores, KernelClass};
 use super::RunMetrics;
+use crate::analysis::simulate::Durations;
 use crate::model::Profile;
 use std::collections::{BTreeMap, HashMap};
 
@@ -79,7 +80,7 @@ pub(crate) fn fp32_kernels(p: &Profile, acts: &[u32]) -> Vec<Fp32Kernel> {
     let mut costs: HashMap<u32, Option<OpCost>> = HashMap::new();
     let mut out: Vec<Fp32Kernel> = Vec::new();
     // Per costed op: total time of its GEMM/conv kernels, to split FLOPs by time.
-    let mut op_time: HashMap<u32, i64> = HashMap::new();
+    let mut op_time: Durations = Durations::default();
     for &gi in acts {
         let g = &p.gpu[gi as usize];
         if !g.is_kernel() {
@@ -215,7 +216,7 @@ pub(crate) struct Group {
 }
 
 /// Group kernels by (op name, kernel name, input shapes), largest GPU saving first.
-pub(crate) fn group(p: &Profile, ks: &[&Fp32Kernel], new_dur: &HashMap<u32, i64>) -> Vec<Group> {
+pub(crate) fn group(p: &Profile, ks: &[&Fp32Kernel], new_dur: &Durations) -> Vec<Group> {
     let mut m: BTreeMap<(String, String, String), Group> = BTreeMap::new();
     for k in ks {
         let g = &p.gpu[k.gpu as usize];

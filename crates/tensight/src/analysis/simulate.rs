@@ -21,7 +21,11 @@
 //! each other beyond the one host clock, other ranks (a collective's wait is kept).
 
 use crate::model::{GpuActivity, Profile};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+/// New durations of GPU activities (index into `Profile::gpu`, ns), keyed cheaply:
+/// changes hold one entry per kernel they touch, up to every kernel of the window.
+pub type Durations = rustc_hash::FxHashMap<u32, i64>;
 
 /// A wait longer than this that neither the launch nor the stream explains is taken as a
 /// wait for another stream (ns).
@@ -38,7 +42,7 @@ pub const GRAPH_GAP_NS: i64 = 1_000;
 pub struct Change {
     /// GPU activities (index into `Profile::gpu`) that take this long instead (ns); 0
     /// removes one, with the gap or launch latency before it.
-    pub durations: HashMap<u32, i64>,
+    pub durations: Durations,
     /// Host time removed: intervals (ns) of the host timeline that no longer happen;
     /// everything the host does after one happens that much earlier.
     pub host_cuts: Vec<(i64, i64)>,
@@ -55,12 +59,7 @@ pub struct Change {
 impl Change {
     /// Give kernels `ks` new durations in `durations` that keep their proportions and
     /// add up to `total_ns` (a modelled time for the work they did together).
-    pub fn scale_kernels(
-        durations: &mut HashMap<u32, i64>,
-        p: &Profile,
-        ks: &[u32],
-        total_ns: i64,
-    ) {
+    pub fn scale_kernels(durations: &mut Durations, p: &Profile, ks: &[u32], total_ns: i64) {
         let now: i64 = ks.iter().map(|&gi| p.gpu[gi as usize].dur_ns).sum();
         if now <= 0 {
             return;
@@ -72,7 +71,7 @@ impl Change {
     }
 
     /// A change of kernel durations only.
-    pub fn durations(d: HashMap<u32, i64>) -> Change {
+    pub fn durations(d: Durations) -> Change {
         Change {
             durations: d,
             ..Default::default()
@@ -565,7 +564,7 @@ mod tests {
     fn halve_all(b: &TraceBuilder) -> i64 {
         let r = b.report();
         let p = &r.profile;
-        let new: HashMap<u32, i64> = (0..p.gpu.len() as u32)
+        let new: Durations = (0..p.gpu.len() as u32)
             .map(|i| (i, p.gpu[i as usize].dur_ns / 2))
             .collect();
         saving_ns(p, &Change::durations(new))

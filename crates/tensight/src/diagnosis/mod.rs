@@ -81,8 +81,12 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
     let findings: Vec<Finding> = REGISTRY
         .par_iter()
         .filter(|r| runs(r.meta))
-        .flat_map_iter(|r| (r.check)(ctx))
+        .flat_map_iter(|r| {
+            let _p = crate::phases::start_detail("rule", r.meta.code);
+            (r.check)(ctx)
+        })
         .collect();
+    let after = crate::phases::start("after the rules");
     let mut findings = merge::same_cause(ctx, findings);
     let busy = ctx.metrics.summary.gpu_busy_ms_per_step;
     // The profiler's own cost, removed once: the simulated findings are replayed on the
@@ -109,6 +113,7 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .iter()
         .find(|f| f.saving_ms > 0.0 && f.category != Category::Roofline)
         .map(|f| f.code);
+    drop(after);
     Diagnosis {
         findings,
         primary,

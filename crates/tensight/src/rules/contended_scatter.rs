@@ -4,9 +4,9 @@
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::flops::{parse_dims, parse_types, Dtype};
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{Change, Durations};
 use crate::model::{CpuOp, Profile};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -166,7 +166,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         p.op_ancestors(o)
             .find(|&a| scatter_args(&p.ops[a as usize]).is_some())
     });
-    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut new_dur: Durations = Durations::default();
     let mut sites: BTreeMap<(String, String), Site> = BTreeMap::new();
     for (&o, ks) in &kernels {
         let Some(c) = call(&p.ops[o as usize]) else {

@@ -5,7 +5,7 @@ use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
 };
 use crate::analysis::host_work::Steady;
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{Change, Durations};
 use crate::analysis::timeline::overlap;
 use crate::model::{CopyDir, Profile};
 use std::collections::BTreeMap;
@@ -102,7 +102,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let kernels = kernel_busy(p);
     let steady = Steady::of(p);
     let mut per_step_exposed = vec![0i64; p.steps.len()];
-    let mut hidden: std::collections::HashMap<u32, i64> = std::collections::HashMap::new();
+    let mut hidden: Durations = Durations::default();
     let mut copy_total_ns = 0i64;
     let mut sites: BTreeMap<(String, &'static str), Site> = BTreeMap::new();
     let mut gi_iter = ctx.metrics.timeline.gpu_in_steps.iter().peekable();

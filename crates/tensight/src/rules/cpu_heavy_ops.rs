@@ -120,7 +120,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let launched = ctx.launched();
     let blocked = blocked_ranges(p);
     let steady = Steady::of(p);
-    let mut sites: BTreeMap<(String, String, String), Site> = BTreeMap::new();
+    // Keys borrow the profile's strings: one entry per call site, no copy per op.
+    let mut sites: BTreeMap<(&str, &str, &str), Site> = BTreeMap::new();
     for (i, o) in p.ops.iter().enumerate() {
         let i = i as u32;
         let gpu_ns = launched.gpu_ns.get(i as usize).copied().unwrap_or(0);
@@ -132,14 +133,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
         {
             continue;
         }
-        let source = p
-            .user_frame(i)
-            .map(|f| f.name.to_string())
-            .unwrap_or_default();
+        let source = p.user_frame(i).map_or("", |f| &*f.name);
         // Shapes in the key: one op at one call site with the same inputs, heavy again
         // and again, is a habit; each layer's first (autotuned) call is not.
-        let dims = o.input_dims.as_deref().unwrap_or_default().to_string();
-        let s = sites.entry((o.name.to_string(), source, dims)).or_default();
+        let dims = o.input_dims.as_deref().unwrap_or_default();
+        let s = sites.entry((&*o.name, source, dims)).or_default();
         s.calls += 1;
         // Host time less the time blocked in syncs, memcpy and allocator calls.
         let (blocked_ns, blocked_idle_ns) =
@@ -188,7 +186,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     }
     let host_ms = sites.values().map(|s| s.host_ns).sum::<i64>() as f64 / 1e6 / n;
     let gpu_ms = sites.values().map(|s| s.gpu_ns).sum::<i64>() as f64 / 1e6 / n;
-    let mut ranked: Vec<(&(String, String, String), &Site)> = sites.iter().collect();
+    let mut ranked: Vec<(&(&str, &str, &str), &Site)> = sites.iter().collect();
     ranked.sort_by(|a, b| b.1.saving_ns.cmp(&a.1.saving_ns).then_with(|| a.0.cmp(b.0)));
     let top = ranked[0];
     let locations: Vec<Location> = ranked
@@ -197,7 +195,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .map(|((_, source, dims), s)| {
             let mut l = s.op.map(|o| op_location(p, o)).unwrap_or_default();
             if l.source.is_none() && !source.is_empty() {
-                l.source = Some(source.clone());
+                l.source = Some(source.to_string());
             }
             l.tensor = Some(format!(
                 "{}{} host vs {} GPU per call",

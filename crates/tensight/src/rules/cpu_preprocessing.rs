@@ -14,7 +14,8 @@ use crate::analysis::host_work::{
 use crate::analysis::simulate::Change;
 use crate::analysis::timeline::Timeline;
 use crate::model::{CopyDir, CpuOp, OpKind, Profile};
-use std::collections::{BTreeMap, HashSet};
+use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -201,7 +202,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let launched = ctx.launched();
     let steady = Steady::of(p);
     // What other rules own.
-    let mut claimed: HashSet<u32> = HashSet::new();
+    let mut claimed: FxHashSet<u32> = FxHashSet::default();
     for m in crate::analysis::migration::find(p, &ctx.metrics.timeline, launched) {
         claimed.insert(m.factory);
         claimed.extend(m.chain);
@@ -229,16 +230,17 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let mut site_ranges: Vec<((String, String), i64, i64)> = Vec::new();
     for (i, o) in p.ops.iter().enumerate() {
         let i = i as u32;
+        // Cheapest tests first: most ops fail one of the first few.
         if o.pid != pid
             || o.tid != tid
             || o.kind != OpKind::Op
+            || !launched.host_only(i)
+            || !is_top_level(p, i)
+            || !steady.includes(p, o.ts_ns)
             || !o.name.contains("::")
             || o.name.starts_with("autograd::")
             || CHEAP.contains(&&*o.name)
             || claimed.contains(&i)
-            || !steady.includes(p, o.ts_ns)
-            || !is_top_level(p, i)
-            || !launched.host_only(i)
             || in_data_loader(p, i)
             || in_trip(o.ts_ns, o.end_ns())
             || in_frame(o.ts_ns, o.end_ns())
@@ -622,7 +624,7 @@ fn chains(
     launched: &Launched,
     steady: &Steady,
     (counted, gaps): (&[Span], &[Span]),
-    claimed: &HashSet<u32>,
+    claimed: &FxHashSet<u32>,
     trips: &[(i64, i64)],
     (pid, tid): (i64, i64),
 ) -> Vec<Chain> {

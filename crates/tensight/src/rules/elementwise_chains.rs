@@ -3,11 +3,11 @@
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::kernels::{classify, KernelClass};
-use crate::analysis::simulate::{self, Change};
+use crate::analysis::simulate::{self, Change, Durations};
 use crate::analysis::timeline::{gpu_range, overlap};
 use crate::model::{OpKind, Profile, RuntimeKind};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -83,7 +83,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     if chains.is_empty() || ctx.step_ms() <= 0.0 {
         return Vec::new();
     }
-    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut new_dur: Durations = Durations::default();
     let mut multi = FxHashMap::default();
     let mut by_sig: BTreeMap<Vec<String>, Sig> = BTreeMap::new();
     let (mut kernel_ns, mut gpu_saved_ns, mut idle_ns, mut kernels) = (0i64, 0i64, 0i64, 0usize);

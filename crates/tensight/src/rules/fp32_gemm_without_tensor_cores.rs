@@ -9,8 +9,7 @@ use crate::analysis::devices::Ceilings;
 use crate::analysis::gemm::{
     fp32_kernels, group, peaks, tf32_ns, Fp32Kernel, GemmKind, COMPUTE_BOUND_EFF,
 };
-use crate::analysis::simulate::{self, Change};
-use std::collections::HashMap;
+use crate::analysis::simulate::{self, Change, Durations};
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -117,7 +116,7 @@ fn finding(
 ) -> Finding {
     let p = ctx.profile;
     let n = ctx.steps();
-    let new_dur: HashMap<u32, i64> = mine.iter().map(|k| (k.gpu, tf32_ns(p, k, c))).collect();
+    let new_dur: Durations = mine.iter().map(|k| (k.gpu, tf32_ns(p, k, c))).collect();
     let gpu_saved_ns: i64 = mine
         .iter()
         .map(|k| p.gpu[k.gpu as usize].dur_ns - new_dur[&k.gpu])

@@ -3,9 +3,9 @@
 
 use super::{ev, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::flops::{parse_dims, parse_types, Dtype};
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{Change, Durations};
 use crate::model::Profile;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -162,7 +162,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             .filter(|&a| is_sort(&p.ops[a as usize].name))
             .last()
     });
-    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut new_dur: Durations = Durations::default();
     let mut sites: BTreeMap<String, Site> = BTreeMap::new();
     for (&o, ks) in &kernels {
         let oi = o as usize;

@@ -7,11 +7,10 @@ use super::{
 };
 use crate::analysis::devices::Ceilings;
 use crate::analysis::flops::{parse_dims, parse_types, Dtype};
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{Change, Durations};
 use crate::analysis::window;
 use crate::model::Profile;
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::HashMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -184,7 +183,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     }
     let n = ctx.steps();
-    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut new_dur: Durations = Durations::default();
     let (mut kernel_ns, mut fused_ns) = (0i64, 0i64);
     // Per cause (form and first op's name and source line): calls, kernel ns, first.
     let mut causes: FxHashMap<(Form, String), (usize, i64, u32)> = FxHashMap::default();

@@ -6,7 +6,7 @@ use crate::analysis::devices::Ceilings;
 use crate::analysis::flops::{op_cost, parse_dims, CostKind, Dtype, OpCost};
 use crate::analysis::gemm::shapes;
 use crate::analysis::kernels::{classify, stated_alignment, KernelClass};
-use crate::analysis::simulate::{self, Change};
+use crate::analysis::simulate::{self, Change, Durations};
 use crate::model::Profile;
 use std::collections::{BTreeMap, HashMap};
 
@@ -124,7 +124,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     }
     let n = ctx.steps();
     // Per misaligned GEMM: its modelled aligned time; spread over its kernels by time.
-    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut new_dur: Durations = Durations::default();
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut gpu_saved_ns = 0i64;
     // GEMMs per basis: reference rate, ceilings, discounted ceilings.

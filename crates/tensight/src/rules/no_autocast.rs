@@ -4,8 +4,7 @@
 use super::{ev, fmt_ms, gemm_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status};
 use crate::analysis::gemm::{fp32_kernels, group, peaks, speedup_time, tf32_ns, Fp32Kernel};
 use crate::analysis::kernels::{classify, is_low_precision_gemm, KernelClass};
-use crate::analysis::simulate::{self, Change};
-use std::collections::HashMap;
+use crate::analysis::simulate::{self, Change, Durations};
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -132,8 +131,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
         "FP32"
     };
     // TF32 first (T001's model), then 16-bit from there.
-    let tf32: HashMap<u32, i64> = ks.iter().map(|k| (k.gpu, tf32_ns(p, k, &c))).collect();
-    let low: HashMap<u32, i64> = ks
+    let tf32: Durations = ks.iter().map(|k| (k.gpu, tf32_ns(p, k, &c))).collect();
+    let low: Durations = ks
         .iter()
         .map(|k| {
             (
@@ -162,7 +161,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         "shapes not recorded: judged from kernel names; kernels taken as compute-bound (upper bound)".to_string()
     };
     // Locations: the kernels with the largest 16-bit saving (from their TF32 time).
-    let from_tf32: HashMap<u32, i64> = ks
+    let from_tf32: Durations = ks
         .iter()
         .map(|k| {
             (

@@ -5,9 +5,10 @@ use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
 use crate::analysis::kernels::{classify, KernelClass};
-use crate::analysis::simulate::{self, Change};
+use crate::analysis::simulate::{self, Change, Durations};
 use crate::model::{GpuActivity, Profile};
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::HashMap;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -89,8 +90,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
     // Time-weighted launch statistics over every kernel, and the small grids.
     let (mut all_ns, mut coverage_ns, mut occ_ns, mut occ_w) = (0i64, 0.0f64, 0.0f64, 0i64);
     let mut small_bps_ns = 0.0f64;
-    let mut groups: BTreeMap<(String, u64), Group> = BTreeMap::new();
-    let mut new_dur: HashMap<u32, i64> = HashMap::new();
+    let mut groups: FxHashMap<(&str, u64), Group> = FxHashMap::default();
+    let mut new_dur: Durations = Durations::default();
     for &gi in &m.timeline.gpu_in_steps {
         let g = &p.gpu[gi as usize];
         let Some(launch) = g.launch.filter(|_| g.is_kernel()) else {
@@ -115,7 +116,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         new_dur.insert(gi, g.dur_ns - saved);
         small_bps_ns += g.dur_ns as f64 * blocks as f64 / sms_f;
         let e = groups
-            .entry((g.name.to_string(), blocks))
+            .entry((&*g.name, blocks))
             .or_insert_with(|| Group::new(g));
         e.count += 1;
         e.dur_ns += g.dur_ns;
@@ -129,7 +130,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let step_saved_ns =
         simulate::saving_ns(p, &Change::durations(new_dur.clone())).min(gpu_saved_ns);
     let saving_ms = step_saved_ns as f64 / 1e6 / n;
-    let mut list: Vec<(&(String, u64), &Group)> = groups.iter().collect();
+    let mut list: Vec<(&(&str, u64), &Group)> = groups.iter().collect();
     list.sort_by(|a, b| b.1.saved_ns.cmp(&a.1.saved_ns).then_with(|| a.0.cmp(b.0)));
     let (top_key, top) = list[0];
     let coverage_pct = 100.0 * coverage_ns / all_ns as f64;
@@ -144,7 +145,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             launches as f64 / n,
             fmt_ms(small_ns as f64 / 1e6 / n),
             100.0 * small_ns as f64 / all_ns as f64,
-            short(&top_key.0),
+            short(top_key.0),
             top_key.1,
             top_key.1 as f64 / sms_f,
             fmt_ms(top.dur_ns as f64 / 1e6 / n),
@@ -192,7 +193,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             .take(5)
             .map(|((name, blocks), g)| {
                 let mut loc = g.op.map(|o| op_location(p, o)).unwrap_or_default();
-                loc.kernel = Some(name.clone());
+                loc.kernel = Some(name.to_string());
                 loc.tensor = Some(format!(
                     "grid {}×{}×{} = {blocks} blocks on {sms} SMs, {} per step",
                     g.grid[0],
@@ -234,6 +235,8 @@ struct Concurrency {
     by_device: HashMap<i64, Vec<(i64, i64, i64)>>,
     /// Longest kernel per device (ns): bounds the backward scan.
     longest: HashMap<i64, i64>,
+    /// Devices whose kernels all ran on one stream: nothing runs beside them.
+    one_stream: HashMap<i64, bool>,
 }
 
 impl Concurrency {
@@ -251,10 +254,16 @@ impl Concurrency {
                 *l = (*l).max(g.dur_ns);
             }
         }
-        for v in by_device.values_mut() {
+        let mut one_stream = HashMap::new();
+        for (&d, v) in by_device.iter_mut() {
             v.sort_unstable();
+            one_stream.insert(d, v.iter().all(|k| k.2 == v[0].2));
         }
-        Concurrency { by_device, longest }
+        Concurrency {
+            by_device,
+            longest,
+            one_stream,
+        }
     }
 
     /// Share of kernel `gi`'s time during which a kernel on another stream also ran.
@@ -265,7 +274,7 @@ impl Concurrency {
         else {
             return 0.0;
         };
-        if g.dur_ns <= 0 {
+        if g.dur_ns <= 0 || self.one_stream.get(&g.device) == Some(&true) {
             return 0.0;
         }
         let from = v.partition_point(|k| k.0 < g.ts_ns - longest);

@@ -3,7 +3,7 @@
 //! `requires_grad` off).
 
 use super::{ev, fmt_ms, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status};
-use crate::analysis::simulate::Change;
+use crate::analysis::simulate::{Change, Durations};
 use crate::model::{EtNode, Profile};
 use std::collections::HashMap;
 
@@ -149,7 +149,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     // Per step: the autograd thread's time after the last read gradient's accumulation,
     // to the end of the last accumulation; the kernels its ops launched then go too.
     let mut cuts = Vec::new();
-    let mut durations: HashMap<u32, i64> = HashMap::new();
+    let mut durations: Durations = Durations::default();
     let (mut tail_ns, mut tail_kernel_ns, mut tail_kernels) = (0i64, 0i64, 0usize);
     for ops in per_step.iter().filter(|ops| ops.len() == n) {
         let outer = |o: u32| {
