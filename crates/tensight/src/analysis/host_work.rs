@@ -144,6 +144,29 @@ pub(crate) fn not_computing(
     idle + own_ns.min(busy)
 }
 
+/// The blocking syncs (`RuntimeKind::Sync`) by start time: those that start inside a
+/// host window, by binary search (a scan of every runtime call per window is quadratic
+/// on long traces).
+pub(crate) struct SyncsByTime(Vec<(i64, u32)>);
+
+impl SyncsByTime {
+    pub(crate) fn of(p: &Profile) -> SyncsByTime {
+        let mut v: Vec<(i64, u32)> = (0..p.runtime.len() as u32)
+            .filter(|&r| p.runtime[r as usize].kind == RuntimeKind::Sync)
+            .map(|r| (p.runtime[r as usize].ts_ns, r))
+            .collect();
+        v.sort_unstable();
+        SyncsByTime(v)
+    }
+
+    /// The syncs (index into `Profile::runtime`) that start in `[a, b)`.
+    pub(crate) fn within(&self, a: i64, b: i64) -> impl Iterator<Item = u32> + '_ {
+        let from = self.0.partition_point(|s| s.0 < a);
+        let to = self.0.partition_point(|s| s.0 < b).max(from);
+        self.0[from..to].iter().map(|s| s.1)
+    }
+}
+
 /// Host time in the runtime call `ri` and in a blocking sync that follows it on the
 /// same thread within 50 µs, as (start, end) of the blocked window.
 pub(crate) fn blocked_window(p: &Profile, ri: u32) -> Option<(i64, i64)> {

@@ -98,9 +98,10 @@ pub fn diagnose(ctx: &Context) -> Diagnosis {
         .map(|d| d.change.clone())
         .unwrap_or_default();
     if let Some(d) = &deflation {
-        for f in findings.iter_mut() {
-            resimulate(ctx, f, d, &base, base_saved);
-        }
+        // One or two replays per finding, each independent of the others.
+        findings
+            .par_iter_mut()
+            .for_each(|f| resimulate(ctx, f, d, &base, base_saved));
     }
     sort(&mut findings);
     let all_fixes = combine(ctx, &mut findings, &base, base_saved, deflation.as_ref());

@@ -5,11 +5,11 @@ use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule,
     RuleMeta, Status,
 };
-use crate::analysis::host_work::{blocked_window, not_computing, Steady};
+use crate::analysis::host_work::{blocked_window, not_computing, Steady, SyncsByTime};
 use crate::analysis::simulate::Change;
 use crate::analysis::transfers::{round_trips, step_copies, RoundTrip, SCALAR_BYTES};
 use crate::analysis::TransferStats;
-use crate::model::{Profile, RuntimeKind};
+use crate::model::Profile;
 
 /// Registration.
 pub const RULE: Rule = Rule { meta: &META, check };
@@ -103,16 +103,12 @@ fn check(ctx: &Context) -> Vec<Finding> {
     // The fix: the round trip's host work runs on the GPU (no copies, no waits), and
     // many small transfers become one per step.
     let mut change = Change::default();
+    let syncs = SyncsByTime::of(p);
     let drop_copy = |change: &mut Change, gi: u32, window: Option<(i64, i64)>| {
         change.durations.insert(gi, 0);
         if let Some((a, b)) = window {
             change.host_cuts.push((a, b));
-            change
-                .unsynced
-                .extend((0..p.runtime.len() as u32).filter(|&r| {
-                    let c = &p.runtime[r as usize];
-                    c.kind == RuntimeKind::Sync && c.ts_ns >= a && c.ts_ns < b
-                }));
+            change.unsynced.extend(syncs.within(a, b));
         }
     };
     for t in &trips {

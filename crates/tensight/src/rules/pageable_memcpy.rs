@@ -4,10 +4,10 @@
 use super::{
     ev, fmt_bytes, fmt_ms, op_location, Category, Context, Draft, Finding, Rule, RuleMeta, Status,
 };
-use crate::analysis::host_work::{blocked_window, not_computing, Steady};
+use crate::analysis::host_work::{blocked_window, not_computing, Steady, SyncsByTime};
 use crate::analysis::median;
 use crate::analysis::simulate::Change;
-use crate::model::{CopyDir, GpuKind, MemKind, Profile, RuntimeKind};
+use crate::model::{CopyDir, GpuKind, MemKind, Profile};
 use std::collections::BTreeMap;
 
 /// Registration.
@@ -102,6 +102,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let gaps = &ctx.metrics.timeline.idle_gaps;
     let (pinned_ns, pinned_seen) = pinned_call_ns(p);
     let steady = Steady::of(p);
+    let syncs = SyncsByTime::of(p);
     let mut sites: BTreeMap<(String, String, &'static str), Site> = BTreeMap::new();
     let mut change = Change::default();
     let (pinned_gbs, pinned_from) = crate::analysis::transfers::pinned_copy_gbs(p);
@@ -128,12 +129,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
                 // The fix: the copy is queued and the host goes on, blocked only as long
                 // as a pinned copy's call; a sync right after it no longer waits.
                 change.host_cuts.push(((a + pinned_ns).min(b), b));
-                change
-                    .unsynced
-                    .extend((0..p.runtime.len() as u32).filter(|&r| {
-                        let c = &p.runtime[r as usize];
-                        c.kind == RuntimeKind::Sync && c.ts_ns >= a && c.ts_ns < b
-                    }));
+                change.unsynced.extend(syncs.within(a, b));
                 (
                     b - a,
                     (not_computing(p, gaps, a, b, &[gi]) - pinned_ns).max(0),
