@@ -30,6 +30,17 @@ timeout $((BUDGET_S - 20)) python3 holdout/harness.py --out "$R" --skip-done --r
 find "$R" -name 'plain_et.json' -exec gzip -f {} \;
 # One archive per program (a file that comes back is capped at 16 MiB: one archive of a
 # whole call's programs was 18 MB once, and lost), and timings.json beside them.
-for d in "$R"/*/; do tar czf "$OUT/holdout_$(basename "$d").tgz" -C /tmp "holdout/$(basename "$d")"; done
+# An archive still over 15 MB leaves out the plain trace and its ET, then the detail
+# steps, and says so (2026-12-05: three archives of 18-63 MB did not come back).
+for d in "$R"/*/; do
+  n=$(basename "$d"); a="$OUT/holdout_$n.tgz"; ex=()
+  tar czf "$a" -C /tmp "holdout/$n"
+  for drop in plain.json.gz plain_et.json.gz run1/detail.json.gz run2/detail.json.gz; do
+    [ "$(stat -c %s "$a")" -le 15000000 ] && break
+    [ -f "$R/$n/$drop" ] || continue
+    ex+=(--exclude="holdout/$n/$drop"); echo "$n: archive over 15 MB, $drop left out"
+    tar czf "$a" "${ex[@]}" -C /tmp "holdout/$n"
+  done
+done
 cp "$R/timings.json" "$OUT/"
 du -sh "$R"/* | sort -h | tail -20

@@ -6,14 +6,16 @@
 # LOOP_RESULT json (as NAME.result.json) into tests/fixtures/loop_styles_h200/.
 #
 #   bash scripts/h200/loop_styles.sh          # about 2 minutes on the H200
+#   bash scripts/h200/loop_styles.sh NAME...  # only these styles (e.g. one added since)
 set -uo pipefail
 OUT=${OUT:-/tmp/tensight-out}; mkdir -p "$OUT"
 export PYTHONWARNINGS=ignore
 L=/tmp/loops; rm -rf "$L"; mkdir -p "$L"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$L/context.txt"
 python3 -c "import torch; print('torch', torch.__version__)" >> "$L/context.txt"
-for f in tests/loop_styles/*.py; do
-  n=$(basename "$f" .py)
+NAMES=("$@"); [ ${#NAMES[@]} -gt 0 ] || NAMES=(tests/loop_styles/*.py)
+for f in "${NAMES[@]}"; do
+  n=$(basename "$f" .py); f=tests/loop_styles/$n.py
   case $n in _*|check) continue ;; esac
   timeout 45 python3 "$f" --iters 16 --device cuda --trace "$L/$n.json" --trace-start 6 \
     --trace-iters 5 > "$L/$n.out" 2> "$L/$n.err"

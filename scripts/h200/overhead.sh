@@ -59,20 +59,29 @@ def each(f, n):
         except Exception:  # a failed run still gets its row
             got.append(None)
     return got
+def unprofiled(n, r):
+    """The collector's own timing of the warm-up steps (unprofiled, CUDA events where
+    there is a GPU): what the hooks alone cost, and the step the report deflates to."""
+    t = json.loads((b / f"{n}.r{r}" / "manifest.json").read_text()).get("timing") or {}
+    ms = t.get("step_ms_unprofiled_gpu") or t.get("step_ms_unprofiled") or []
+    return statistics.median(ms) if ms else None
 show = lambda xs: " / ".join("–" if x is None else f"{x:.2f}" for x in xs)
-print(f"| workload | alone ms (each run) | under `tensight run` ms (each run) | ratio of medians | steps found by |")
-print("| --- | --- | --- | --- | --- |")
+print("| workload | alone ms (each run) | under `tensight run` ms (each run) | ratio of medians "
+      "| its unprofiled warm-up ms (each run) | ratio of medians | steps found by |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+ratio_of = lambda xs, ys: (f"{statistics.median(ys) / statistics.median(xs):.2f}×"
+                           if xs and ys else "–")
 for w in sys.argv[3:]:
     n = w.split(":")[-1]
-    a, t = each(alone, n), each(profiled, n)
-    ok_a, ok_t = [x for x in a if x], [x for x in t if x]
-    ratio = f"{statistics.median(ok_t) / statistics.median(ok_a):.2f}×" if ok_a and ok_t else "–"
+    a, t, u = each(alone, n), each(profiled, n), each(unprofiled, n)
+    ok_a, ok_t, ok_u = ([x for x in xs if x] for xs in (a, t, u))
     try:
         m = json.loads((b / f"{n}.r1" / "manifest.json").read_text())
         how = m["step_detection"] + (f" ({m['step_loop']['line']})" if m.get("step_loop") else "")
     except Exception as e:
         how = f"failed: {type(e).__name__}"
-    print(f"| {w} | {show(a)} | {show(t)} | {ratio} | {how} |")
+    print(f"| {w} | {show(a)} | {show(t)} | {ratio_of(ok_a, ok_t)} | {show(u)} "
+          f"| {ratio_of(ok_a, ok_u)} | {how} |")
 PY
 for n in "$B"/*/; do rm -f "$n"/trace.json.gz.tmp; done
 tar czf "$OUT/overhead.tgz" -C /tmp overhead

@@ -2,7 +2,8 @@
 
 ``scripts/h200/loop_styles.sh`` recorded each program once as a plain ``torch.profiler``
 trace of 5 iterations (no schedule, no ``ProfilerStep``), with the program's own timing of
-every iteration. ``analyze`` must find the 5 steps and a median step time within 10% of
+every iteration (``context.txt`` names the GPU: the H200, and an H100 for a style recorded
+when no H200 was lent). ``analyze`` must find the 5 steps and a median step time within 10% of
 the program's own median over the same iterations: on a GPU the host enqueues iterations
 ahead of the GPU, so the steps are the iteration period, not the host's ranges.
 """
