@@ -40,10 +40,8 @@ collective (its profiler starts and stops at each rank's own boundaries).
 
 from __future__ import annotations
 
-import atexit
 import os
 import platform
-import signal
 import sys
 import threading
 import time
@@ -52,10 +50,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.profiler import ExecutionTraceObserver, profile, schedule
+from torch.profiler import profile, schedule
 
 from tensight import bundle as contract
 from tensight import prefetch, profiling, ranks
+from tensight.exits import ProgramEnd
 from tensight.loops import Loop
 from tensight.profiling import quiet, say
 from tensight.steps import Mode, StepFinder
@@ -66,10 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["Collector", "State", "install_from_env"]
 
 _active: Collector | None = None  # at most one collector per process
-#: Steps beyond the warm-up that a DataLoader's prefetch may hold the window back.
-PREFETCH_WAIT_MAX = 48
-#: Unprofiled steps timed after the prefetch drained, before the window.
-PREFETCH_TIMED = 3
 
 
 class State(Enum):
@@ -107,7 +102,6 @@ class Collector:
         self.light_start = light_start
         self.timed_full = timed_full
         self.distributed = distributed
-        self.pid = os.getpid()
         self.enabled = True
         self.command = list(sys.argv)
         self.cwd = os.getcwd()
@@ -141,15 +135,10 @@ class Collector:
         self.detail_kept = False
         self.finished = False
         self._lock = threading.RLock()
-        self._exc: BaseException | None = None
-        self._exit_code: int | None = None
-        self._excepthook: Any = None
         self._window_log_level: int | None = None
         self._told_busy = False
-        self._told_prefetch = False
-        self._finishing = False  # finish() is writing the bundle (a signal then waits)
-        self._pending_signal: int | None = None
-        self._timed_after_drain = 0  # unprofiled steps timed after a prefetch drained
+        self.prefetch_hold = prefetch.Hold(self.warmup, distributed is not None)
+        self.program_end = ProgramEnd(self.finish, self._recording, self.bundle)
         # A window written from a loop's steps is provisional until the loop has run as
         # many more steps (`_confirm_at`, a count of boundaries): a loop that ends before
         # that may only have set things up (a benchmark's data built in a loop before the
@@ -366,7 +355,7 @@ class Collector:
             self._stop_spec()
         if self.state is State.WAITING:
             learned = self.finder.learned
-            draining = self._prefetch_waits()
+            draining = self.prefetch_hold.waits(self.count, self.t_last)
             if draining:  # steps on prefetched batches are not the steady state: untimed
                 self.ms_unprofiled.clear()
                 self._gpu_marks.clear()
@@ -375,7 +364,8 @@ class Collector:
             if learned:
                 self._gpu_mark()
             if (self.count >= self.warmup and not draining and not self.finder.forward_waits()
-                    and (len(self.ms_unprofiled) >= self._timed_after_drain or not learned)):
+                    and (len(self.ms_unprofiled) >= self.prefetch_hold.timed_after_drain
+                         or not learned)):
                 self._start_timed()
         elif self.state is State.WARMUP:
             profiling.drain_gpu()  # timed steps start with no GPU backlog
@@ -416,24 +406,6 @@ class Collector:
             return
         self.t_last = time.perf_counter()
 
-    def _prefetch_waits(self) -> bool:
-        """Whether a DataLoader the steps take batches from still hands out what its
-        workers prefetched (:mod:`tensight.prefetch`): the warm-up goes on, up to
-        PREFETCH_WAIT_MAX steps beyond it; once drained, PREFETCH_TIMED more unprofiled
-        steps are timed before the window. Never on a rank of a distributed job: how long
-        a prefetch lasts differs between ranks, and their windows must not."""
-        if self.distributed is not None:
-            return False
-        if self.count - self.warmup >= PREFETCH_WAIT_MAX or self.t_last is None:
-            return False
-        left = prefetch.pending(self.t_last)
-        if left and not self._told_prefetch:
-            self._told_prefetch = True
-            self._timed_after_drain = min(PREFETCH_TIMED, max(self.warmup, 1))
-            say(f"warm-up goes on while the DataLoader hands out the {left} batches its "
-                "workers prefetched (steps on them would not show what loading costs)")
-        return left > 0
-
     def _gpu_mark(self) -> None:
         """A CUDA event at this warm-up boundary (a few µs; never a sync)."""
         try:
@@ -464,7 +436,7 @@ class Collector:
             return  # try again at the next boundary
         kw: dict[str, Any] = {}
         if self.timed_full:
-            self._et = self._observer()
+            self._et = profiling.observer(self.bundle / "et.json")
             kw["execution_trace_observer"] = self._et
         self.prof = profile(activities=profiling.activities(torch.cuda.is_initialized()),
                             **self._timed_options(),
@@ -475,25 +447,14 @@ class Collector:
         profiling.start(self.prof)
         self.state = State.WARMUP
 
-    def _observer(self) -> Any:
-        et = ExecutionTraceObserver()
-        et.register_callback(str(self.bundle / "et.json"))
-        return et
-
     def _on_trace_ready(self, prof: Any) -> None:
-        self._export(prof, self.bundle / contract.TRACE)
+        profiling.export(prof, self.bundle / contract.TRACE)
         self.kept = "window"
-
-    def _export(self, prof: Any, dst: Path) -> None:
-        tmp = dst.with_name(dst.name.replace(".gz", "") + ".tmp")
-        with quiet():
-            prof.export_chrome_trace(str(tmp))
-        contract.gzip_to(tmp, dst)
 
     def _start_detail(self) -> bool:
         """Start the detail step's own session (everything on, the ET observer)."""
         try:
-            self._et = self._observer()
+            self._et = profiling.observer(self.bundle / "et.json")
             self.prof = profile(activities=profiling.activities(torch.cuda.is_initialized()),
                                 **profiling.detail_options(),
                                 execution_trace_observer=self._et)
@@ -521,7 +482,7 @@ class Collector:
                 prof.__exit__(None, None, None)  # stop() + ET cleanup (closes et.json)
                 if et is not None and et.is_registered:
                     et.unregister_callback()
-            self._export(prof, self.bundle / contract.DETAIL)
+            profiling.export(prof, self.bundle / contract.DETAIL)
             self.detail_kept = True
             et_json = self.bundle / "et.json"
             if et_json.exists():
@@ -656,8 +617,7 @@ class Collector:
     def _start_spec(self, full: bool, cuda: bool | None = None) -> None:
         if profiling.profiler_running():
             return
-        et = ExecutionTraceObserver()
-        et.register_callback(str(self.bundle / "et.spec.json"))
+        et = profiling.observer(self.bundle / "et.spec.json")
         opts = dict(profiling.FULL if full else profiling.LIGHT)
         use_cuda = full and (torch.cuda.is_initialized() if cuda is None else cuda)
         self.spec = profile(activities=profiling.activities(use_cuda), **opts,
@@ -713,7 +673,7 @@ class Collector:
         with self._lock:
             if not self.finished:
                 self.finished = True
-                self._finishing = True
+                self.program_end.finishing = True
                 try:
                     self.enabled = self.finder.enabled = False
                     self.finder.remove()
@@ -726,14 +686,10 @@ class Collector:
                         _active = None
                     self.write_manifest(status, exit_code, error)
                 finally:
-                    self._finishing = False
+                    self.program_end.finishing = False
             else:
                 self.write_manifest(status, exit_code, error)
-        pending, self._pending_signal = self._pending_signal, None
-        if pending is not None:
-            say(f"bundle written: {self.bundle}")
-            signal.signal(pending, signal.SIG_DFL)
-            os.kill(os.getpid(), pending)
+        self.program_end.end_pending()
 
     def _finalize_recording(self) -> None:
         if self.state is State.DETAIL:
@@ -777,7 +733,7 @@ class Collector:
             say("no steps found (no optimizer, module or repeating loop): recorded the "
                 "whole program")
         try:
-            self._export(self.spec, self.bundle / contract.TRACE)
+            profiling.export(self.spec, self.bundle / contract.TRACE)
             self.kept = "whole_program"
             et = self.bundle / "et.spec.json"
             if et.exists():
@@ -835,58 +791,10 @@ class Collector:
         except Exception as e:  # noqa: BLE001
             say(f"could not write the manifest ({type(e).__name__}: {e})")
 
-    # ---- process exit (only under `tensight run`) --------------------------------------
-
     def install_exit_handlers(self) -> None:
-        """Note how the program ends, without changing it: chain sys.excepthook, wrap
-        sys.exit to learn the code, finish at exit."""
-        prev_hook = sys.excepthook
-        prev_exit = sys.exit
-
-        def excepthook(t: type[BaseException], v: BaseException, tb: Any) -> None:
-            if os.getpid() == self.pid:
-                self._exc = v
-            prev_hook(t, v, tb)
-
-        def exit_(code: object = None) -> None:
-            if os.getpid() == self.pid:
-                self._exit_code = _exit_status(code)
-            prev_exit(code)  # type: ignore[arg-type]
-
-        self._excepthook = excepthook
-        sys.excepthook = excepthook
-        sys.exit = exit_  # type: ignore[assignment]
-        atexit.register(self._at_exit)
-        self._install_signal_handlers()
-
-    def _install_signal_handlers(self) -> None:
-        """SIGTERM and SIGHUP end Python without running atexit: finish the bundle first,
-        then die of the signal as the program would have (exit status 128 + signal).
-        Only where the program left the default action; its own handler, set later,
-        replaces this one (SIGINT needs none: it raises KeyboardInterrupt)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for name in ("SIGTERM", "SIGHUP"):
-            sig = getattr(signal, name, None)
-            if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
-                continue
-
-            def handler(signum: int, _frame: Any) -> None:
-                if self._finishing and os.getpid() == self.pid:
-                    self._pending_signal = signum  # finish() ends the process when done
-                    return
-                try:
-                    if os.getpid() == self.pid:
-                        self.finish("crashed", 128 + signum,
-                                    f"killed by {signal.Signals(signum).name}")
-                        say(f"bundle written: {self.bundle}")
-                except Exception as e:  # noqa: BLE001
-                    say(f"could not finish the bundle ({type(e).__name__}: {e})")
-                finally:
-                    signal.signal(signum, signal.SIG_DFL)
-                    os.kill(os.getpid(), signum)
-
-            signal.signal(sig, handler)
+        """Note how the program ends, without changing it (only under `tensight run`):
+        :class:`tensight.exits.ProgramEnd` finishes the bundle then."""
+        self.program_end.install()
 
     def _recording(self) -> str | None:
         """What the profiler was recording now (None: nothing)."""
@@ -895,37 +803,6 @@ class Collector:
         if self.state in (State.WARMUP, State.TIMED, State.GAP, State.DETAIL):
             return f"the window ({self.state.value} step)"
         return None
-
-    def _at_exit(self) -> None:
-        if os.getpid() != self.pid:
-            return
-        try:
-            exc = self._exc
-            if exc is None and sys.excepthook is not self._excepthook:
-                exc = getattr(sys, "last_value", None)  # set for any uncaught exception
-            if exc is not None:
-                code = 130 if isinstance(exc, KeyboardInterrupt) else 1
-                msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                what = self._recording()
-                if what and _out_of_memory(exc):
-                    msg = (f"out of GPU memory while tensight's profiler recorded {what}; run "
-                           f"the program once without tensight to see whether it fits on its "
-                           f"own — {msg}")
-                    say(msg.split(" — ")[0])
-                self.finish("crashed", code, msg)
-            elif self._exit_code:
-                self.finish("crashed", self._exit_code, f"exited with code {self._exit_code}")
-            else:
-                self.finish("completed", 0, None)
-            say(f"bundle written: {self.bundle}")
-        except Exception as e:  # noqa: BLE001
-            say(f"could not finish the bundle ({type(e).__name__}: {e})")
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """A CUDA (or other accelerator) out-of-memory error."""
-    oom = getattr(torch, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(exc, oom)) or "out of memory" in str(exc).lower()
 
 
 def _count(times: list[int], lo: int, hi: int) -> int:
@@ -949,15 +826,6 @@ def _forked_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked_child)
-
-
-def _exit_status(code: object) -> int:
-    """The process exit status of ``sys.exit(code)``."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    return 1
 
 
 def _device() -> contract.Device | None:
