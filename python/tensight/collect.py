@@ -5,9 +5,14 @@ Runs in the user's interpreter, so it stays small and never prints to stdout. Un
 imported (:func:`install_from_env`); ``tensight.profile_model`` and ``tensight.profile``
 use the same :class:`Collector` in-process. Its parts: :mod:`tensight.steps` (where a
 step ends), :mod:`tensight.loops` (the step loop of a program without optimizer or
-module), :mod:`tensight.profiling` (profiler options and quiet starts),
-:mod:`tensight.bundle` (the manifest and file names), :mod:`tensight.hardware` (the
-second run under Nsight Compute).
+module), :mod:`tensight.window` (the window's profiler sessions),
+:mod:`tensight.speculative` (the profile before the first step),
+:mod:`tensight.provisional` (a loop's window until the loop goes on),
+:mod:`tensight.timing` (step times), :mod:`tensight.prefetch` (the DataLoader's
+prefetch), :mod:`tensight.profiling` (profiler options and quiet starts),
+:mod:`tensight.manifest` and :mod:`tensight.bundle` (the manifest and file names),
+:mod:`tensight.exits` (how the program ends), :mod:`tensight.hardware` (the second run
+under Nsight Compute).
 
 The window (:class:`State`), counted in steps: steps 1..W (``TENSIGHT_WARMUP``; W=0
 acts as W=1) run unprofiled and are timed (host clock and CUDA events); step W+1 is the
@@ -40,25 +45,26 @@ collective (its profiler starts and stops at each rank's own boundaries).
 
 from __future__ import annotations
 
-import atexit
 import os
-import platform
-import signal
 import sys
 import threading
 import time
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
-from torch.profiler import ExecutionTraceObserver, profile, schedule
 
 from tensight import bundle as contract
-from tensight import prefetch, profiling, ranks
+from tensight import prefetch, profiling, ranks, speculative
+from tensight.exits import ProgramEnd
 from tensight.loops import Loop
-from tensight.profiling import quiet, say
+from tensight.manifest import build_manifest
+from tensight.profiling import say
+from tensight.provisional import Aside, Provisional
+from tensight.speculative import Speculative
 from tensight.steps import Mode, StepFinder
+from tensight.timing import StepTiming
+from tensight.window import State, Window
 
 if TYPE_CHECKING:
     from tensight.hardware import HardwareCollector
@@ -66,21 +72,6 @@ if TYPE_CHECKING:
 __all__ = ["Collector", "State", "install_from_env"]
 
 _active: Collector | None = None  # at most one collector per process
-#: Steps beyond the warm-up that a DataLoader's prefetch may hold the window back.
-PREFETCH_WAIT_MAX = 48
-#: Unprofiled steps timed after the prefetch drained, before the window.
-PREFETCH_TIMED = 3
-
-
-class State(Enum):
-    """Where the recording window is."""
-
-    WAITING = "waiting"  # warm-up steps, unprofiled
-    WARMUP = "warmup"  # the profiler's warm-up step
-    TIMED = "timed"  # the N timed steps
-    GAP = "gap"  # one unprofiled step between the two sessions
-    DETAIL = "detail"  # the detail step
-    DONE = "done"
 
 
 class Collector:
@@ -107,7 +98,6 @@ class Collector:
         self.light_start = light_start
         self.timed_full = timed_full
         self.distributed = distributed
-        self.pid = os.getpid()
         self.enabled = True
         self.command = list(sys.argv)
         self.cwd = os.getcwd()
@@ -115,50 +105,29 @@ class Collector:
                                  auto=auto, mode=Mode(detection) if detection else None,
                                  loops=loops, on_loop_end=self._on_loop_end)
         self.finder.on_error = self._fail
-        # step counting and timing
         self.count = 0  # boundaries passed in the current mode
         self.first_index = 0  # the program iteration that boundary 1 ends (0-based)
-        self.recorded = 0
-        self.warmup_done = 0
-        self.t_last: float | None = None
-        self.ms_unprofiled: list[float] = []
-        self.ms_profiled: list[float] = []
-        # CUDA events at the warm-up boundaries: the unprofiled step time as the GPU saw
-        # it (the host clock runs ahead of a GPU-bound program's queue)
-        self._gpu_marks: list[Any] = []
-        self.ms_unprofiled_gpu: list[float] = []
-        # profilers
-        self.state = State.WAITING
-        self.prof: Any = None  # the timed session, then the detail session
-        self._detail_range: Any = None
-        self._et: Any = None
-        self.spec: Any = None  # speculative profile (running or stopped and kept)
-        self.spec_running = False
-        self.spec_full = False
-        self.spec_tid: int | None = None
-        self._spec_started = False
-        self.kept: str | None = None  # "window" | "whole_program" once written
-        self.detail_kept = False
+        self.timing = StepTiming()
+        self.window = self._new_window()
+        self.spec = Speculative(self.bundle)  # running or stopped and kept
+        self.provisional = Provisional(self.bundle)
+        self.prefetch_hold = prefetch.Hold(self.warmup, distributed is not None)
+        self.program_end = ProgramEnd(self.finish, self._recording, self.bundle)
         self.finished = False
         self._lock = threading.RLock()
-        self._exc: BaseException | None = None
-        self._exit_code: int | None = None
-        self._excepthook: Any = None
-        self._window_log_level: int | None = None
         self._told_busy = False
-        self._told_prefetch = False
-        self._finishing = False  # finish() is writing the bundle (a signal then waits)
-        self._pending_signal: int | None = None
-        self._timed_after_drain = 0  # unprofiled steps timed after a prefetch drained
-        # A window written from a loop's steps is provisional until the loop has run as
-        # many more steps (`_confirm_at`, a count of boundaries): a loop that ends before
-        # that may only have set things up (a benchmark's data built in a loop before the
-        # timed one). Its window is then set aside (`_aside`) and the watch goes on: a
-        # later loop's window replaces it; if none comes, it is put back at the end.
-        self._confirm_at: int | None = None
-        self._aside: dict[str, Any] | None = None
-        self._window_mode: Mode | None = None  # the steps the written window holds
-        self._window_loop: Loop | None = None
+
+    def _new_window(self) -> Window:
+        return Window(self.bundle, self.steps, self.timed_full, self._say_recording,
+                      self._finish_window)
+
+    @property
+    def mode(self) -> Mode | None:
+        return self.finder.mode
+
+    @property
+    def state(self) -> State:
+        return self.window.state
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -180,20 +149,20 @@ class Collector:
             say(f"no loop detection ({off}): steps come from optimizer or module calls")
         if self.speculate:
             if torch.cuda.is_initialized() or not self.light_start:
-                self._start_spec(True)
+                self.spec.start(True)
             else:
                 # Kineto queries the CUDA device count when it starts, which would freeze
                 # CUDA_VISIBLE_DEVICES before the program sets it: with a GPU around, wait
                 # for the program's own first CUDA use (torch.cuda's lazy init).
                 if not profiling.gpu_present():
-                    self._start_spec(False)
+                    self.spec.start(False)
                 if torch.version.cuda is not None or torch.version.hip is not None:
                     try:
                         torch.cuda._lazy_call(self._on_cuda_init)
                     except Exception:  # noqa: BLE001 - private API: no upgrade then
                         pass
         else:
-            self.t_last = time.perf_counter()
+            self.timing.t_last = time.perf_counter()
             if not self.auto and self.warmup == 0:
                 self._start_timed()
         self.write_manifest("running", None, None)
@@ -205,8 +174,8 @@ class Collector:
         self.finder.remove()
         prefetch.uninstall()
         self._drop_window()
-        self._stop_spec()
-        self.spec = None
+        self.spec.stop()
+        self.spec.prof = None
         if _active is self:
             _active = None
 
@@ -215,7 +184,7 @@ class Collector:
         say(f"collector error ({type(e).__name__}: {e}); the program runs on unprofiled")
         self.enabled = self.finder.enabled = False
         self.finder.remove()
-        for drop in (self._drop_window, self._discard_spec):
+        for drop in (self._drop_window, self.spec.discard):
             try:
                 drop()
             except Exception:  # noqa: BLE001
@@ -226,13 +195,24 @@ class Collector:
         sessions cancel each other). The speculative profile is kept; a window in progress
         is dropped and starts again at a boundary after the program's profiler ends."""
         with self._lock:
-            if not self.enabled or not (self.spec_running or self.prof is not None):
+            if not self.enabled or not (self.spec.running or self.window.prof is not None):
                 return
             if not self._told_busy:
                 say("the program starts torch.profiler itself: tensight pauses until it ends")
                 self._told_busy = True
-            self._stop_spec()
+            self.spec.stop()
             self._drop_window()
+
+    def _on_cuda_init(self) -> None:
+        """CUDA initialized (lazily, by the program): start the speculative profile with
+        CUDA and stacks, replacing a light one (same thread) if any."""
+        try:
+            with self._lock:
+                if not self.enabled or self.count or self.mode is not None or self.spec.full:
+                    return
+                self.spec.on_cuda_init()
+        except Exception:  # noqa: BLE001 - must never raise inside torch.cuda._lazy_init
+            pass
 
     # ---- step detection (the finder's callbacks) ---------------------------------------
 
@@ -251,10 +231,8 @@ class Collector:
             self.count = 0
             if new is not Mode.LOOP:  # a loop's first step was set when it was chosen
                 self.first_index = 0
-            self.warmup_done = 0
-            self.ms_unprofiled.clear()
-            self._gpu_marks.clear()
-            self.t_last = None
+            self.window.warmup_done = 0
+            self.timing.restart()
             return True
 
     def _on_loop_end(self, loop: Loop) -> None:
@@ -264,30 +242,24 @@ class Collector:
             if not self.enabled:
                 return
             if self.state is State.DONE:
-                if self._confirm_at is None:
+                if self.provisional.confirm_at is None:
                     return
                 say(f"the loop at {loop.where} ended after {self.count} steps, soon after "
                     "its window: keeping that window while looking for a loop that runs "
                     "longer")
                 self._set_aside()
                 self.count = 0
-                self.warmup_done = 0
-                self._gpu_marks.clear()
-                self.t_last = None
                 return
             say(f"the loop at {loop.where} ended after {self.count} steps: looking for "
                 "another")
             self._drop_window()
             self.count = 0
-            self.warmup_done = 0
-            self.ms_unprofiled.clear()
-            self._gpu_marks.clear()
-            self.t_last = None
-            if self.speculate and not self.spec_running:
+            self.window.warmup_done = 0
+            self.timing.restart()
+            if self.speculate and not self.spec.running:
                 cuda = profiling.cuda_ready()
                 if cuda or not profiling.gpu_present():
-                    self.spec = None
-                    self._start_spec(cuda)
+                    self.spec.restart(cuda)
 
     def _choose_loop(self, chain: list[Loop]) -> Loop | None:
         """Which of `chain` (innermost first) is the step loop: the engine's choice over
@@ -308,29 +280,17 @@ class Collector:
                 return None
             if profiling.gpu_present() and not profiling.cuda_ready():
                 return None  # a loop before the program's first GPU use only sets up
-            restart = self.spec_running and not forward
-            if restart and self.spec_tid != threading.get_ident():
+            restart = self.spec.running and not forward
+            if restart and self.spec.tid != threading.get_ident():
                 return None
             if not forward:
-                self._stop_spec()
-            times = profiling.op_start_times(self.spec) \
-                if self.spec is not None and not forward else None
-            now = time.time_ns()
+                self.spec.stop()
+            times = self.spec.op_start_times() if not forward else None
             outer_first = list(reversed(chain))
-            cands = []
-            for depth, lp in enumerate(outer_first):
-                first, last = lp.ends[0], lp.ends[-1]
-                if times is None:
-                    share = 1.0
-                else:
-                    inside = _count(times, first, last)
-                    share = inside / max(1, _count(times, first, now)) if inside else 0.0
-                cands.append((depth, lp.count - 1, last - first, last - first, share))
-            i = choose(cands)
+            i = choose(speculative.candidates(outer_first, times, time.time_ns()))
             if i is None:
                 if restart:  # keep a fallback profile running from here
-                    self.spec = None
-                    self._start_spec(True)
+                    self.spec.restart(True)
                 return None
             lp = outer_first[i]
             say(f"steps are the iterations of the loop at {lp.where}")
@@ -344,117 +304,38 @@ class Collector:
         with self._lock:
             self._boundary()
 
-    @property
-    def mode(self) -> Mode | None:
-        return self.finder.mode
-
     def _boundary(self) -> None:
         now = time.perf_counter()
         self.count += 1
         if self.state is State.DONE:  # a provisional window's loop goes on
-            if self._confirm_at is not None and self.count >= self._confirm_at:
+            if self.provisional.confirmed(self.count):
                 self._confirmed()
             return
         self._rank()  # the backend, while the program's process group is up
-        if self.spec_running:
-            if self.spec_tid != threading.get_ident():
+        if self.spec.running:
+            if self.spec.tid != threading.get_ident():
                 say("steps run in another thread than the one that imported torch: "
                     "recording the whole program instead")
                 self.enabled = self.finder.enabled = False
                 self.finder.remove()
                 return
-            self._stop_spec()
+            self.spec.stop()
         if self.state is State.WAITING:
-            learned = self.finder.learned
-            draining = self._prefetch_waits()
-            if draining:  # steps on prefetched batches are not the steady state: untimed
-                self.ms_unprofiled.clear()
-                self._gpu_marks.clear()
-            elif self.t_last is not None and learned:
-                self.ms_unprofiled.append((now - self.t_last) * 1e3)
-            if learned:
-                self._gpu_mark()
-            if (self.count >= self.warmup and not draining and not self.finder.forward_waits()
-                    and (len(self.ms_unprofiled) >= self._timed_after_drain or not learned)):
-                self._start_timed()
-        elif self.state is State.WARMUP:
-            profiling.drain_gpu()  # timed steps start with no GPU backlog
-            self._read_gpu_marks()
-            with quiet():
-                self.prof.step()
-            self.state = State.TIMED
-            say(f"recording {self.steps} steps ({self.mode.value if self.mode else '?'} steps "
-                f"{self.count + 1}..{self.count + self.steps}; {self.warmup_done} warm-up + 1 "
-                "profiler warm-up before)")
-        elif self.state is State.TIMED:
-            if self.t_last is not None:
-                self.ms_profiled.append((now - self.t_last) * 1e3)
-            self.recorded += 1
-            if self.recorded >= self.steps:
-                profiling.drain_gpu()  # the timed steps' GPU work completes inside the trace
-                with quiet():
-                    self.prof.step()  # RECORD_AND_SAVE -> NONE: stop and export
-                self._close_prof()
-                if self.timed_full:
-                    self._finish_window()
-                else:
-                    # A profiler session started in the boundary that stopped the last
-                    # one (inside the same Optimizer.step range) can crash the
-                    # interpreter at exit (torch 2.15): one step in between.
-                    self.state = State.GAP
-                return
-            with quiet():
-                self.prof.step()
-        elif self.state is State.GAP:
-            if not self._start_detail():
-                self._finish_window()
-            return
-        elif self.state is State.DETAIL:
-            profiling.drain_gpu()
-            self._end_detail()
-            self._finish_window()
-            return
-        self.t_last = time.perf_counter()
+            self._warmup_step(now)
+            self.timing.t_last = time.perf_counter()
+        else:
+            self.window.step(now, self.timing)
 
-    def _prefetch_waits(self) -> bool:
-        """Whether a DataLoader the steps take batches from still hands out what its
-        workers prefetched (:mod:`tensight.prefetch`): the warm-up goes on, up to
-        PREFETCH_WAIT_MAX steps beyond it; once drained, PREFETCH_TIMED more unprofiled
-        steps are timed before the window. Never on a rank of a distributed job: how long
-        a prefetch lasts differs between ranks, and their windows must not."""
-        if self.distributed is not None:
-            return False
-        if self.count - self.warmup >= PREFETCH_WAIT_MAX or self.t_last is None:
-            return False
-        left = prefetch.pending(self.t_last)
-        if left and not self._told_prefetch:
-            self._told_prefetch = True
-            self._timed_after_drain = min(PREFETCH_TIMED, max(self.warmup, 1))
-            say(f"warm-up goes on while the DataLoader hands out the {left} batches its "
-                "workers prefetched (steps on them would not show what loading costs)")
-        return left > 0
-
-    def _gpu_mark(self) -> None:
-        """A CUDA event at this warm-up boundary (a few µs; never a sync)."""
-        try:
-            if profiling.cuda_ready():
-                ev = torch.cuda.Event(enable_timing=True)
-                ev.record()
-                self._gpu_marks.append(ev)
-        except Exception:  # noqa: BLE001 - a measurement never breaks the program
-            self._gpu_marks.clear()
-
-    def _read_gpu_marks(self) -> None:
-        """After the drain at the window's start: the warm-up steps' GPU-timed periods."""
-        try:
-            marks = self._gpu_marks
-            self.ms_unprofiled_gpu = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
-        except Exception:  # noqa: BLE001
-            self.ms_unprofiled_gpu = []
-        self._gpu_marks = []
-
-    def _timed_options(self) -> dict[str, Any]:
-        return profiling.detail_options() if self.timed_full else dict(profiling.TIMED)
+    def _warmup_step(self, now: float) -> None:
+        """A boundary before the window: time it; start the window once the warm-up is
+        done (and the DataLoader's prefetch drained, and forward steps decided)."""
+        learned = self.finder.learned
+        draining = self.prefetch_hold.waits(self.count, self.timing.t_last)
+        self.timing.warmup_step(now, learned, draining)
+        if (self.count >= self.warmup and not draining and not self.finder.forward_waits()
+                and (len(self.timing.unprofiled) >= self.prefetch_hold.timed_after_drain
+                     or not learned)):
+            self._start_timed()
 
     def _start_timed(self) -> None:
         if profiling.profiler_running():  # the program profiles itself
@@ -462,92 +343,32 @@ class Collector:
                 say("the program runs torch.profiler itself: the window waits for it to end")
                 self._told_busy = True
             return  # try again at the next boundary
-        kw: dict[str, Any] = {}
-        if self.timed_full:
-            self._et = self._observer()
-            kw["execution_trace_observer"] = self._et
-        self.prof = profile(activities=profiling.activities(torch.cuda.is_initialized()),
-                            **self._timed_options(),
-                            schedule=schedule(wait=0, warmup=1, active=self.steps, repeat=1),
-                            on_trace_ready=self._on_trace_ready, **kw)
-        self.warmup_done = self.count
-        self._window_log_level = profiling.silence()  # no C++ warnings in the window
-        profiling.start(self.prof)
-        self.state = State.WARMUP
+        self.window.start_timed(self.count)
 
-    def _observer(self) -> Any:
-        et = ExecutionTraceObserver()
-        et.register_callback(str(self.bundle / "et.json"))
-        return et
+    def _say_recording(self) -> None:
+        say(f"recording {self.steps} steps ({self.mode.value if self.mode else '?'} steps "
+            f"{self.count + 1}..{self.count + self.steps}; {self.window.warmup_done} warm-up "
+            "+ 1 profiler warm-up before)")
 
-    def _on_trace_ready(self, prof: Any) -> None:
-        self._export(prof, self.bundle / contract.TRACE)
-        self.kept = "window"
-
-    def _export(self, prof: Any, dst: Path) -> None:
-        tmp = dst.with_name(dst.name.replace(".gz", "") + ".tmp")
-        with quiet():
-            prof.export_chrome_trace(str(tmp))
-        contract.gzip_to(tmp, dst)
-
-    def _start_detail(self) -> bool:
-        """Start the detail step's own session (everything on, the ET observer)."""
-        try:
-            self._et = self._observer()
-            self.prof = profile(activities=profiling.activities(torch.cuda.is_initialized()),
-                                **profiling.detail_options(),
-                                execution_trace_observer=self._et)
-            profiling.start(self.prof)
-            with quiet():
-                self._detail_range = torch.profiler.record_function(
-                    f"ProfilerStep#{self.steps + 1}")
-                self._detail_range.__enter__()
-        except Exception as e:  # noqa: BLE001 - the timed steps are written: keep them
-            say(f"no detail step ({type(e).__name__}: {e})")
-            self._close_prof()
-            return False
-        self.state = State.DETAIL
-        return True
-
-    def _end_detail(self) -> None:
-        """Stop the detail session, write its trace and its execution trace."""
-        rng, self._detail_range = self._detail_range, None
-        prof, self.prof = self.prof, None
-        et, self._et = self._et, None
-        try:
-            with quiet():
-                if rng is not None:
-                    rng.__exit__(None, None, None)
-                prof.__exit__(None, None, None)  # stop() + ET cleanup (closes et.json)
-                if et is not None and et.is_registered:
-                    et.unregister_callback()
-            self._export(prof, self.bundle / contract.DETAIL)
-            self.detail_kept = True
-            et_json = self.bundle / "et.json"
-            if et_json.exists():
-                contract.gzip_to(et_json, self.bundle / contract.EXECUTION_TRACE)
-        except Exception as e:  # noqa: BLE001
-            say(f"could not write the detail step ({type(e).__name__}: {e})")
-            contract.remove(self.bundle / "et.json")
-        finally:
-            profiling.unsilence(self._window_log_level)
-            self._window_log_level = None
+    def _recording(self) -> str | None:
+        """What the profiler was recording now (None: nothing)."""
+        if self.spec.running:
+            return "the whole program (no step found yet)"
+        return self.window.recording()
 
     def _finish_window(self) -> None:
         """The window is written: the manifest, and stop the program if asked. A window
         of a loop's steps waits for the loop to go on as long again (`_confirmed`)."""
-        self.state = State.DONE
-        self._window_mode, self._window_loop = self.mode, self.finder.loop
+        self.window.mode, self.window.loop = self.mode, self.finder.loop
         provisional = self.mode is Mode.LOOP and self.finder.loop is not None
         if provisional:
-            self._confirm_at = 2 * self.count
+            self.provisional.confirm_at = 2 * self.count
         else:
             self.finder.remove()
-        self.spec = None  # the fallback is not needed any more
-        contract.remove(self.bundle / "et.spec.json")
-        say(f"recorded {self.recorded} {self.mode.value if self.mode else ''} steps"
-            f"{' and a detail step' if self.detail_kept else ''}")
-        self._drop_aside()  # an earlier loop's window, set aside: this one replaces it
+        self.spec.forget()  # the fallback is not needed any more
+        say(f"recorded {self.window.recorded} {self.mode.value if self.mode else ''} steps"
+            f"{' and a detail step' if self.window.detail_kept else ''}")
+        self.provisional.drop()  # an earlier loop's window, set aside: this one replaces it
         self.write_manifest("running", None, None)
         if self.stop and not provisional:
             self.finish("completed", 0, None)
@@ -555,152 +376,34 @@ class Collector:
 
     def _confirmed(self) -> None:
         """The window's loop went on as long again: it is the step loop."""
-        self._confirm_at = None
+        self.provisional.confirm_at = None
         self.finder.remove()
         if self.stop:
             self.finish("completed", 0, None)
             profiling.stop_program()
 
-    _ASIDE_FILES = (contract.TRACE, contract.DETAIL, contract.EXECUTION_TRACE)
-
     def _set_aside(self) -> None:
-        """Keep the written window (files renamed, its facts saved) and start over."""
-        self._drop_aside()
-        for name in self._ASIDE_FILES:
-            f = self.bundle / name
-            if f.exists():
-                f.replace(self.bundle / (name + ".aside"))
-        self._aside = {k: getattr(self, k) for k in (
-            "kept", "detail_kept", "recorded", "first_index", "warmup_done", "ms_unprofiled",
-            "ms_unprofiled_gpu", "ms_profiled", "_window_mode", "_window_loop")}
-        self.kept, self.detail_kept, self.recorded = None, False, 0
-        self._window_mode = self._window_loop = None
-        self.ms_unprofiled, self.ms_unprofiled_gpu, self.ms_profiled = [], [], []
-        self._confirm_at = None
-        self.state = State.WAITING
-
-    def _drop_aside(self) -> None:
-        if self._aside is None:
-            return
-        self._aside = None
-        for name in self._ASIDE_FILES:
-            contract.remove(self.bundle / (name + ".aside"))
+        """Keep the written window (and its timing) and start over."""
+        self.provisional.set_aside(Aside(self.window, self.timing, self.first_index))
+        self.window = self._new_window()
+        self.timing = StepTiming()
 
     def _restore_aside(self) -> None:
         """The program ended before a later loop's window was written: the set-aside
         window is the recording."""
-        aside, self._aside = self._aside, None
+        aside = self.provisional.take()
         if aside is None:
             return
         self._drop_window()
-        for name in self._ASIDE_FILES:
-            f = self.bundle / (name + ".aside")
-            if f.exists():
-                f.replace(self.bundle / name)
-        for k, v in aside.items():
-            setattr(self, k, v)
-        self.state = State.DONE
-
-    def _close_prof(self) -> None:
-        """Stop the timed session (it exports if it was recording) and, with
-        ``TENSIGHT_TIMED=full``, finalize its execution trace."""
-        prof, self.prof = self.prof, None
-        if prof is None:
-            return
-        try:
-            with quiet():
-                prof.__exit__(None, None, None)  # stop() + ET cleanup (closes et.json)
-                if self._et is not None and self._et.is_registered:
-                    self._et.unregister_callback()
-        finally:
-            self._et = None
-            if self.state is not State.DETAIL:
-                profiling.unsilence(self._window_log_level)
-                self._window_log_level = None
-            et_json = self.bundle / "et.json"
-            if et_json.exists() and self.timed_full and self.kept == "window":
-                contract.gzip_to(et_json, self.bundle / contract.EXECUTION_TRACE)
-            else:
-                contract.remove(et_json)
+        self.provisional.put_back()
+        self.window, self.timing, self.first_index = aside.window, aside.timing, aside.first_index
 
     def _drop_window(self) -> None:
-        """Drop a window in progress (the program's own profiler starts, or an optimizer
-        overrides forward steps): timed steps not yet written start over at a later
-        boundary; during the detail step the timed steps are kept, without detail."""
-        if self.state is State.GAP:
-            self.state = State.DONE
+        """Drop a window in progress (:meth:`Window.drop`); one whose timed steps are
+        written is DONE then."""
+        if self.window.drop(self.timing):
             self.finder.remove()
             self.write_manifest("running", None, None)
-            return
-        if self.prof is None or self.state not in (State.WARMUP, State.TIMED, State.DETAIL):
-            return
-        detail = self.state is State.DETAIL
-        self.prof.on_trace_ready = None
-        self._detail_range = None
-        try:
-            self._close_prof()
-        except Exception:  # noqa: BLE001
-            self.prof = None
-        contract.remove(self.bundle / "et.json")
-        if detail:
-            self.state = State.DONE
-            self.finder.remove()
-            self.write_manifest("running", None, None)
-            return
-        self.state = State.WAITING
-        self.recorded = 0
-        self.ms_profiled.clear()
-
-    # ---- the speculative whole-program profile ---------------------------------------
-
-    def _start_spec(self, full: bool, cuda: bool | None = None) -> None:
-        if profiling.profiler_running():
-            return
-        et = ExecutionTraceObserver()
-        et.register_callback(str(self.bundle / "et.spec.json"))
-        opts = dict(profiling.FULL if full else profiling.LIGHT)
-        use_cuda = full and (torch.cuda.is_initialized() if cuda is None else cuda)
-        self.spec = profile(activities=profiling.activities(use_cuda), **opts,
-                            execution_trace_observer=et)
-        profiling.start(self.spec)
-        self.spec_running = True
-        self._spec_started = True
-        self.spec_full = full
-        self.spec_tid = threading.get_ident()
-
-    def _on_cuda_init(self) -> None:
-        """CUDA initialized (lazily, by the program): start the speculative profile with
-        CUDA and stacks, replacing a light one (same thread) if any."""
-        try:
-            with self._lock:
-                if not self.enabled or self.count or self.mode is not None or self.spec_full:
-                    return
-                if self.spec_running:
-                    if self.spec_tid != threading.get_ident():
-                        return
-                    self._stop_spec()
-                    self.spec = None
-                self._start_spec(True, cuda=True)  # torch.cuda.is_initialized() is still False
-        except Exception:  # noqa: BLE001 - must never raise inside torch.cuda._lazy_init
-            pass
-
-    def _stop_spec(self) -> None:
-        if self.spec is not None and self.spec_running:
-            self.spec_running = False
-            try:
-                with quiet():
-                    self.spec.__exit__(None, None, None)  # keep its results in memory
-            except Exception:  # noqa: BLE001 - e.g. the program's own torch.profiler took over
-                self._discard_spec()
-
-    def _discard_spec(self) -> None:
-        spec, self.spec = self.spec, None
-        self.spec_running = False
-        et = getattr(spec, "execution_trace_observer", None)
-        if et is not None and et.is_registered:
-            with quiet():
-                et.unregister_callback()
-        contract.remove(self.bundle / "et.spec.json")
 
     # ---- the end ---------------------------------------------------------------------
 
@@ -713,61 +416,35 @@ class Collector:
         with self._lock:
             if not self.finished:
                 self.finished = True
-                self._finishing = True
+                self.program_end.finishing = True
                 try:
                     self.enabled = self.finder.enabled = False
                     self.finder.remove()
                     prefetch.uninstall()
-                    if self._aside is not None and self.kept is None:
+                    if self.provisional.aside is not None and self.window.kept is None:
                         self._restore_aside()
-                    self._drop_aside()
+                    self.provisional.drop()
                     self._finalize_recording()
                     if _active is self:
                         _active = None
                     self.write_manifest(status, exit_code, error)
                 finally:
-                    self._finishing = False
+                    self.program_end.finishing = False
             else:
                 self.write_manifest(status, exit_code, error)
-        pending, self._pending_signal = self._pending_signal, None
-        if pending is not None:
-            say(f"bundle written: {self.bundle}")
-            signal.signal(pending, signal.SIG_DFL)
-            os.kill(os.getpid(), pending)
+        self.program_end.end_pending()
 
     def _finalize_recording(self) -> None:
-        if self.state is State.DETAIL:
-            try:
-                self._end_detail()
-            except Exception as e:  # noqa: BLE001
-                say(f"could not stop the profiler ({type(e).__name__}: {e})")
-            self.state = State.DONE
-        elif self.state is State.GAP:
-            self.state = State.DONE
-        elif self.state in (State.WARMUP, State.TIMED):
-            try:
-                self._close_prof()  # RECORD -> stop_trace + export of the steps so far
-            except Exception as e:  # noqa: BLE001
-                say(f"could not stop the profiler ({type(e).__name__}: {e})")
-            self.state = State.DONE
-        if self.kept is not None:
+        self.window.finalize()
+        if self.window.kept is not None:
             return
         try:
-            self._stop_spec()
+            self.spec.stop()
         except Exception as e:  # noqa: BLE001
             say(f"could not stop the profiler ({type(e).__name__}: {e})")
-            self.spec = None
-        if self.spec is None:
-            if not (self.auto and self.speculate):
-                pass
-            elif self.mode is not None:
-                say(f"nothing was recorded: the program ended after {self.count} "
-                    f"{self.mode.value} steps, before the window ({self.warmup} warm-up + 1 + "
-                    f"{self.steps})")
-            elif not self._spec_started:
-                say("no steps found and the program never used CUDA: nothing was recorded")
-            else:
-                say("no steps found, and the whole-program profile was lost: nothing recorded")
+            self.spec.prof = None
+        if self.spec.prof is None:
+            self._say_nothing_recorded()
             return
         if self.mode is not None:
             say(f"the program ended after {self.count} {self.mode.value} steps, before the "
@@ -776,51 +453,23 @@ class Collector:
         else:
             say("no steps found (no optimizer, module or repeating loop): recorded the "
                 "whole program")
-        try:
-            self._export(self.spec, self.bundle / contract.TRACE)
-            self.kept = "whole_program"
-            et = self.bundle / "et.spec.json"
-            if et.exists():
-                contract.gzip_to(et, self.bundle / contract.EXECUTION_TRACE)
-        except Exception as e:  # noqa: BLE001
-            say(f"could not write the trace ({type(e).__name__}: {e})")
-        self.spec = None
+        if self.spec.write():
+            self.window.kept = "whole_program"
+
+    def _say_nothing_recorded(self) -> None:
+        if not (self.auto and self.speculate):
+            pass
+        elif self.mode is not None:
+            say(f"nothing was recorded: the program ended after {self.count} "
+                f"{self.mode.value} steps, before the window ({self.warmup} warm-up + 1 + "
+                f"{self.steps})")
+        elif not self.spec.started:
+            say("no steps found and the program never used CUDA: nothing was recorded")
+        else:
+            say("no steps found, and the whole-program profile was lost: nothing recorded")
 
     def manifest(self, status: str, exit_code: int | None, error: str | None) -> contract.Manifest:
-        whole = self.kept == "whole_program" or (self.kept is None and self.mode is None)
-        window = self.kept == "window"
-        et_ok = (self.bundle / contract.EXECUTION_TRACE).exists()
-        loop = self._window_loop if window else self.finder.loop
-        mode = self._window_mode if window and self._window_mode else self.mode
-        spec_opts = profiling.FULL if self.spec_full else profiling.LIGHT
-        return contract.Manifest(
-            tensight_version=_tensight_version(),
-            python_version=platform.python_version(),
-            torch_version=str(torch.__version__),
-            cuda_version=torch.version.cuda,
-            device=_device(),
-            command=self.command,
-            cwd=self.cwd,
-            step_detection="whole_program" if whole else (mode.value if mode else "?"),
-            step_loop=loop.describe() if loop is not None and not whole else None,
-            warmup_steps=0 if whole else self.warmup_done,
-            steps_requested=self.steps,
-            steps_recorded=self.recorded if window else 0,
-            detail_step=self.steps + 1 if window and self.detail_kept else None,
-            first_step_index=None if whole else self.first_index,
-            options={"timed": dict(spec_opts) if whole else self._timed_options(),
-                     "detail": profiling.detail_options() if self.detail_kept else None,
-                     "hardware": False},
-            program=contract.Program(status, exit_code, error),
-            files=contract.Files(
-                trace=contract.TRACE if self.kept else None,
-                detail=contract.DETAIL if window and self.detail_kept else None,
-                execution_trace=contract.EXECUTION_TRACE if self.kept and et_ok else None),
-            timing=contract.Timing([round(x, 3) for x in self.ms_unprofiled],
-                                   [round(x, 3) for x in self.ms_unprofiled_gpu],
-                                   [round(x, 3) for x in self.ms_profiled]),
-            distributed=self._rank(),
-        )
+        return build_manifest(self, contract.Program(status, exit_code, error), self._rank())
 
     def _rank(self) -> contract.Distributed | None:
         """This rank, with what torch.distributed says now (kept: it may be destroyed
@@ -835,103 +484,10 @@ class Collector:
         except Exception as e:  # noqa: BLE001
             say(f"could not write the manifest ({type(e).__name__}: {e})")
 
-    # ---- process exit (only under `tensight run`) --------------------------------------
-
     def install_exit_handlers(self) -> None:
-        """Note how the program ends, without changing it: chain sys.excepthook, wrap
-        sys.exit to learn the code, finish at exit."""
-        prev_hook = sys.excepthook
-        prev_exit = sys.exit
-
-        def excepthook(t: type[BaseException], v: BaseException, tb: Any) -> None:
-            if os.getpid() == self.pid:
-                self._exc = v
-            prev_hook(t, v, tb)
-
-        def exit_(code: object = None) -> None:
-            if os.getpid() == self.pid:
-                self._exit_code = _exit_status(code)
-            prev_exit(code)  # type: ignore[arg-type]
-
-        self._excepthook = excepthook
-        sys.excepthook = excepthook
-        sys.exit = exit_  # type: ignore[assignment]
-        atexit.register(self._at_exit)
-        self._install_signal_handlers()
-
-    def _install_signal_handlers(self) -> None:
-        """SIGTERM and SIGHUP end Python without running atexit: finish the bundle first,
-        then die of the signal as the program would have (exit status 128 + signal).
-        Only where the program left the default action; its own handler, set later,
-        replaces this one (SIGINT needs none: it raises KeyboardInterrupt)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for name in ("SIGTERM", "SIGHUP"):
-            sig = getattr(signal, name, None)
-            if sig is None or signal.getsignal(sig) is not signal.SIG_DFL:
-                continue
-
-            def handler(signum: int, _frame: Any) -> None:
-                if self._finishing and os.getpid() == self.pid:
-                    self._pending_signal = signum  # finish() ends the process when done
-                    return
-                try:
-                    if os.getpid() == self.pid:
-                        self.finish("crashed", 128 + signum,
-                                    f"killed by {signal.Signals(signum).name}")
-                        say(f"bundle written: {self.bundle}")
-                except Exception as e:  # noqa: BLE001
-                    say(f"could not finish the bundle ({type(e).__name__}: {e})")
-                finally:
-                    signal.signal(signum, signal.SIG_DFL)
-                    os.kill(os.getpid(), signum)
-
-            signal.signal(sig, handler)
-
-    def _recording(self) -> str | None:
-        """What the profiler was recording now (None: nothing)."""
-        if self.spec_running:
-            return "the whole program (no step found yet)"
-        if self.state in (State.WARMUP, State.TIMED, State.GAP, State.DETAIL):
-            return f"the window ({self.state.value} step)"
-        return None
-
-    def _at_exit(self) -> None:
-        if os.getpid() != self.pid:
-            return
-        try:
-            exc = self._exc
-            if exc is None and sys.excepthook is not self._excepthook:
-                exc = getattr(sys, "last_value", None)  # set for any uncaught exception
-            if exc is not None:
-                code = 130 if isinstance(exc, KeyboardInterrupt) else 1
-                msg = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                what = self._recording()
-                if what and _out_of_memory(exc):
-                    msg = (f"out of GPU memory while tensight's profiler recorded {what}; run "
-                           f"the program once without tensight to see whether it fits on its "
-                           f"own — {msg}")
-                    say(msg.split(" — ")[0])
-                self.finish("crashed", code, msg)
-            elif self._exit_code:
-                self.finish("crashed", self._exit_code, f"exited with code {self._exit_code}")
-            else:
-                self.finish("completed", 0, None)
-            say(f"bundle written: {self.bundle}")
-        except Exception as e:  # noqa: BLE001
-            say(f"could not finish the bundle ({type(e).__name__}: {e})")
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """A CUDA (or other accelerator) out-of-memory error."""
-    oom = getattr(torch, "OutOfMemoryError", None)
-    return (oom is not None and isinstance(exc, oom)) or "out of memory" in str(exc).lower()
-
-
-def _count(times: list[int], lo: int, hi: int) -> int:
-    import bisect
-
-    return bisect.bisect_right(times, hi) - bisect.bisect_left(times, lo)
+        """Note how the program ends, without changing it (only under `tensight run`):
+        :class:`tensight.exits.ProgramEnd` finishes the bundle then."""
+        self.program_end.install()
 
 
 def _yield_to_program() -> None:
@@ -949,36 +505,6 @@ def _forked_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked_child)
-
-
-def _exit_status(code: object) -> int:
-    """The process exit status of ``sys.exit(code)``."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    return 1
-
-
-def _device() -> contract.Device | None:
-    """The current CUDA device, if the program initialized CUDA (never initialize it)."""
-    try:
-        if not torch.cuda.is_initialized():
-            return None
-        p = torch.cuda.get_device_properties(torch.cuda.current_device())
-        return contract.Device(p.name, int(p.total_memory), [int(p.major), int(p.minor)],
-                               int(p.multi_processor_count))
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _tensight_version() -> str:
-    try:
-        from tensight import _native
-
-        return str(_native.version())
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def env_int(name: str, default: int, minimum: int) -> int:

@@ -12,7 +12,8 @@ to set up sharing their tensors) blocked for :data:`BLOCKED_S` (it is waiting fo
 workers: steady state).
 Loaders without workers prefetch nothing and never hold the window back, nor does an
 iterator the steps stopped taking batches from (:func:`pending` counts only those that
-handed one out since the time it is given).
+handed one out since the time it is given). :class:`Hold` is the collector's side: how
+long the warm-up goes on.
 """
 
 from __future__ import annotations
@@ -21,10 +22,16 @@ import time
 import weakref
 from typing import Any
 
-__all__ = ["install", "pending", "uninstall"]
+from tensight.profiling import say
+
+__all__ = ["Hold", "install", "pending", "uninstall"]
 
 #: Batches beyond the prefetched ones the iterator must hand out.
 MARGIN = 2
+#: Steps beyond the warm-up that a DataLoader's prefetch may hold the window back.
+WAIT_MAX = 48
+#: Unprofiled steps timed after the prefetch drained, before the window.
+TIMED_AFTER = 3
 #: A ``__next__`` that blocks this long waited for its workers (seconds): longer than a
 #: ready batch takes on a loaded host (unpickling, the GIL), shorter than a real wait.
 BLOCKED_S = 0.010
@@ -94,3 +101,31 @@ def pending(since: float) -> int:
     (``time.perf_counter()``) still hand out from their prefetch (0: none)."""
     return sum(max(st["owed"], 0) for st in list(_live.values())
                if not st["drained"] and st["last"] >= since)
+
+
+class Hold:
+    """Whether a DataLoader the steps take batches from still hands out what its workers
+    prefetched: the warm-up (`warmup` steps) goes on, up to :data:`WAIT_MAX` steps beyond
+    it; once drained, :data:`TIMED_AFTER` more unprofiled steps (`timed_after_drain`) are
+    timed before the window. Never on a rank of a distributed job (`distributed`): how
+    long a prefetch lasts differs between ranks, and their windows must not."""
+
+    def __init__(self, warmup: int, distributed: bool) -> None:
+        self.warmup = warmup
+        self.distributed = distributed
+        self.timed_after_drain = 0
+        self._told = False
+
+    def waits(self, count: int, since: float | None) -> bool:
+        """At boundary `count`, the last one at `since` (``time.perf_counter()``)."""
+        if self.distributed:
+            return False
+        if count - self.warmup >= WAIT_MAX or since is None:
+            return False
+        left = pending(since)
+        if left and not self._told:
+            self._told = True
+            self.timed_after_drain = min(TIMED_AFTER, max(self.warmup, 1))
+            say(f"warm-up goes on while the DataLoader hands out the {left} batches its "
+                "workers prefetched (steps on them would not show what loading costs)")
+        return left > 0

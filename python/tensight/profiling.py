@@ -20,11 +20,12 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from tensight.bundle import DRAIN
+from tensight.bundle import DRAIN, gzip_to
 
 #: The timed steps: timing and links only.
 TIMED: dict[str, Any] = {"record_shapes": False, "with_stack": False,
@@ -153,6 +154,23 @@ def start(prof: Any) -> None:
     with quiet(), ours():
         prof.start()
         del block
+
+
+def observer(path: Path) -> Any:
+    """An execution-trace observer that writes `path`."""
+    from torch.profiler import ExecutionTraceObserver
+
+    et = ExecutionTraceObserver()
+    et.register_callback(str(path))
+    return et
+
+
+def export(prof: Any, dst: Path) -> None:
+    """Write the stopped profile `prof` as a gzipped Chrome trace at `dst`."""
+    tmp = dst.with_name(dst.name.replace(".gz", "") + ".tmp")
+    with quiet():
+        prof.export_chrome_trace(str(tmp))
+    gzip_to(tmp, dst)
 
 
 def profiler_running() -> bool:
