@@ -172,8 +172,12 @@ def judge(name: str, rec: dict[str, Any], report: dict[str, Any] | None) -> dict
 
 
 def recorded_report(bundle: Path) -> dict[str, Any] | None:
-    """The report `tensight run` wrote into `bundle` when it was recorded (the engine of
-    the wheel then): the way to score a bundle whose big files did not come back whole."""
+    """`bundle` analysed again when every file its manifest names is there, else the
+    report `tensight run` wrote into it when it was recorded (the engine of the wheel
+    then): the way to score a bundle whose big files did not come back whole."""
+    files = json.loads((bundle / "manifest.json").read_text()).get("files") or {}
+    if all((bundle / f).is_file() for f in files.values() if f):
+        return diagnose(bundle)
     path = bundle / "report.json"
     if not path.is_file():
         log(f"{bundle}: no report.json written at recording")
@@ -183,8 +187,8 @@ def recorded_report(bundle: Path) -> dict[str, Any] | None:
 
 
 def table(src: Path, tag: str, dest: Path, recorded: bool = False) -> dict[str, Any]:
-    """Score every recorded program; `recorded`: the reports written at recording
-    instead of analysing each bundle again (plain traces are analysed either way)."""
+    """Score every recorded program; `recorded`: a bundle missing files is scored by the
+    report written at recording instead (plain traces are analysed either way)."""
     doc = json.loads((src / "timings.json").read_text())
     analyse = recorded_report if recorded else diagnose
     rows = []
@@ -214,7 +218,8 @@ def table(src: Path, tag: str, dest: Path, recorded: bool = False) -> dict[str, 
         "plain_recorded": sum((src / r["program"] / "plain.json.gz").exists() for r in rows),
     }
     res = {"tag": tag, "context": doc.get("context"), "summary": summary, "rows": rows,
-           "scored_from": "reports written at recording" if recorded else "analysed again"}
+           "scored_from": ("incomplete bundles: reports written at recording" if recorded
+                           else "analysed again")}
     (dest / f"results-{tag}.json").write_text(json.dumps(res, indent=2) + "\n")
     return res
 
@@ -249,8 +254,9 @@ def main() -> int:
     p.add_argument("--results", type=Path, default=None,
                    help="table: where results-TAG.json goes (default: the set's folder)")
     p.add_argument("--recorded-reports", action="store_true",
-                   help="table: score the report.json each `tensight run` wrote at recording "
-                        "(the engine of the wheel then) instead of analysing the bundles again")
+                   help="table: a bundle missing a file its manifest names is scored by the "
+                        "report.json `tensight run` wrote at recording (the engine of the wheel "
+                        "then) instead of being analysed again")
     p.add_argument("--record-only", action="store_true",
                    help="record: no table (tabulate later, off the GPU machine)")
     p.add_argument("--runs", type=int, choices=(1, 2), default=2,

@@ -55,7 +55,7 @@ def test_the_committed_scores_are_this_engines(folder: str, fixtures: Path, cont
 # reports `tensight run` wrote at recording (`harness.py --recorded-reports`): three of its
 # bundles lost big files on the way back from the GPU machine and one (moe_router_lm,
 # 7 MB) is too big to commit, so only the 8 complete, small bundles are here. CI analyses
-# them again: this engine must say of each what holdout_g/results-before.json says.
+# them again: this engine must say of each what holdout_g/results-after.json says.
 G_FIXTURES = ROOT / "tests" / "fixtures" / "holdout_g"
 G_COMMITTED = sorted(p.parent.parent.name for p in G_FIXTURES.glob("*/run1/manifest.json"))
 
@@ -72,7 +72,7 @@ def test_holdout_g_was_timed_whole_and_its_small_bundles_are_committed() -> None
 @pytest.mark.parametrize("name", G_COMMITTED)
 def test_holdout_g_bundle_says_what_was_scored(name: str) -> None:
     scored = {r["program"]: r["run1"] for r in
-              json.loads((ROOT / "holdout_g" / "results-before.json").read_text())["rows"]}[name]
+              json.loads((ROOT / "holdout_g" / "results-after.json").read_text())["rows"]}[name]
     r = subprocess.run([TENSIGHT, "analyze", str(G_FIXTURES / name / "run1"), "--format", "json"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode in (0, 1), r.stderr

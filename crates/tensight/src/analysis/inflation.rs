@@ -20,7 +20,7 @@
 //! machine, and the report says so; the unprofiled step is then the replayed one.
 
 use super::simulate::{self, Change};
-use crate::model::Profile;
+use crate::model::{Profile, RuntimeKind};
 use serde::{Deserialize, Serialize};
 use std::sync::OnceLock;
 
@@ -35,9 +35,10 @@ pub struct Deflation {
     pub profiled_step_ms: f64,
     /// Median unprofiled warm-up step, ms.
     pub unprofiled_step_ms: f64,
-    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step), or
+    /// `cuda_events` or `host_clock` (then at least the GPU busy time per step),
     /// `calibration` (a plain trace: the unprofiled step is the replay without the
-    /// calibrated cost).
+    /// calibrated cost), or `host_pace` (a step the profiler did not slow, whose host it
+    /// did: [`host_pace`]).
     pub source: &'static str,
     /// Host events the profiler recorded per step (ops, Python calls, runtime calls).
     pub events_per_step: f64,
@@ -51,6 +52,9 @@ pub struct Deflation {
     /// it instead of replaying the same change again.
     #[serde(skip)]
     pub saved_ns: Option<i64>,
+    /// `host_pace` only: the host's work per step without the profiler and under it, ms.
+    #[serde(skip)]
+    pub host_ms: Option<(f64, f64)>,
 }
 
 /// The unprofiled step of `p`'s bundle, ms, and how it was timed (`cuda_events` or
@@ -85,7 +89,9 @@ pub fn unprofiled_timing(p: &Profile, gpu_busy_ms: f64) -> Option<(f64, &'static
 /// The profiler's cost in `p`'s analysed steps, when a bundle timed them unprofiled and
 /// the profiler slowed them down.
 pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflation> {
-    let (u, source) = unprofiled_step(p, profiled_step_ms, gpu_busy_ms)?;
+    let Some((u, source)) = unprofiled_step(p, profiled_step_ms, gpu_busy_ms) else {
+        return host_pace(p, profiled_step_ms);
+    };
     let at = host_events(p)?;
     let n = p.steps.len().max(1) as f64;
     let events_per_step = at.len() as f64 / n;
@@ -132,7 +138,64 @@ pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflat
         per_event_ns,
         change: best,
         saved_ns: Some(saved_ns),
+        host_ms: None,
     })
+}
+
+/// The profiler's cost on the host of a step it did not slow down (the GPU sets the
+/// pace both ways): in the warm-up the host ran ahead of the GPU (its clock at most
+/// 1 / [`MIN_INFLATION`] of the CUDA events' step), so its clock there is its own work
+/// per step; under the profiler the same work took at least [`MIN_INFLATION`]× that
+/// (each step's host range less its blocking syncs). Left in, that cost makes the host
+/// look as slow as the GPU, and a fix that shortens the GPU's work looks capped by the
+/// host. The difference is spread evenly over the host events, as [`of`] does.
+fn host_pace(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
+    let t = &p.bundle.as_ref()?.timing;
+    let gpu = super::median_ms(&t.step_ms_unprofiled_gpu)?;
+    let host = super::median_ms(&t.step_ms_unprofiled)?;
+    let work = profiled_host_work_ms(p)?;
+    if !(host > 0.0 && host * MIN_INFLATION <= gpu && host * MIN_INFLATION <= work) {
+        return None;
+    }
+    let at = host_events(p)?;
+    let events_per_step = at.len() as f64 / p.steps.len().max(1) as f64;
+    let per_event_ns = (work - host) * 1e6 / events_per_step;
+    let cost = per_event_ns.round() as i64;
+    let change = Change {
+        host_points: at.into_iter().map(|t| (t, cost)).collect(),
+        ..Default::default()
+    };
+    let saved_ns = simulate::saving_ns(p, &change);
+    Some(Deflation {
+        profiled_step_ms,
+        unprofiled_step_ms: gpu,
+        source: "host_pace",
+        events_per_step,
+        per_event_ns,
+        change,
+        saved_ns: Some(saved_ns),
+        host_ms: Some((host, work)),
+    })
+}
+
+/// The host's work per analysed step under the profiler, ms: each step's host range less
+/// the time its blocking syncs waited (the mean over steps).
+fn profiled_host_work_ms(p: &Profile) -> Option<f64> {
+    let (first, last) = (p.steps.first()?, p.steps.last()?);
+    let ranges: i64 = p
+        .steps
+        .iter()
+        .map(|s| (s.cpu_end_ns - s.host_start_ns).max(0))
+        .sum();
+    let waits: i64 = p
+        .runtime
+        .iter()
+        .filter(|r| r.kind == RuntimeKind::Sync)
+        .filter(|r| r.ts_ns >= first.host_start_ns && r.ts_ns < last.cpu_end_ns)
+        .map(|r| r.dur_ns)
+        .sum();
+    let ms = (ranges - waits) as f64 / 1e6 / p.steps.len() as f64;
+    (ms > 0.0).then_some(ms)
 }
 
 /// How far above the unprofiled step a deflated replay may stay and count as reaching
@@ -263,6 +326,7 @@ pub fn calibrated(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
         per_event_ns,
         change,
         saved_ns: Some(saved_ns),
+        host_ms: None,
     })
 }
 
@@ -275,6 +339,15 @@ impl Deflation {
                  ({}), an assumption for this trace: nothing timed its steps without the profiler",
                 c.gpu, c.torch, c.date
             ),
+            ("host_pace", _) => {
+                let (host, work) = self.host_ms.unwrap_or_default();
+                format!(
+                    "the host's own pace in the warm-up, timed without it ({} of host work a \
+                     step against {} under it; the GPU set the step's pace both ways)",
+                    crate::rules::fmt_ms(host),
+                    crate::rules::fmt_ms(work)
+                )
+            }
             (how, _) => format!(
                 "the warm-up steps timed without it by {}",
                 if how == "cuda_events" {

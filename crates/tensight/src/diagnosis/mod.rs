@@ -149,12 +149,21 @@ fn resimulate(ctx: &Context, f: &mut Finding, d: &Deflation, base: &Change, base
     if !f.estimate.ends_with('.') {
         f.estimate.push('.');
     }
+    // A host-pace deflation leaves the step as it was (the GPU's): its figures are the
+    // host's, which the provenance gives.
+    let steps = if d.source == "host_pace" {
+        String::new()
+    } else {
+        format!(
+            ": {} against {} profiled",
+            crate::rules::fmt_ms(d.unprofiled_step_ms),
+            crate::rules::fmt_ms(d.profiled_step_ms)
+        )
+    };
     f.estimate.push_str(&format!(
-        " Replayed on the host timeline without the profiler's cost ({:.1} µs per recorded event, from {}: {} against {} profiled; {} under the profiler).",
+        " Replayed on the host timeline without the profiler's cost ({:.1} µs per recorded event, from {}{steps}; {} under the profiler).",
         d.per_event_ns / 1e3,
         d.provenance(),
-        crate::rules::fmt_ms(d.unprofiled_step_ms),
-        crate::rules::fmt_ms(d.profiled_step_ms),
         crate::rules::fmt_ms(profiled)
     ));
 }

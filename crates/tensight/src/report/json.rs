@@ -110,7 +110,10 @@
 //!     "deflation": {                           // since 1.6; null: no unprofiled timing
 //!       "profiled_step_ms", "unprofiled_step_ms": float,  // or no slowdown; the
 //!       "source": str, "events_per_step",      // replayed findings are simulated
-//!       "per_event_ns": float } | null,        // without the profiler's cost
+//!       "per_event_ns": float } | null,        // without the profiler's cost; source
+//!                                              // as unprofiled's, or "host_pace" (1.7:
+//!                                              // a GPU-paced step whose host the
+//!                                              // profiler slowed; see analysis::inflation)
 //!     "all_fixes": {                           // since 1.6; null: fewer than two simulated
 //!       "saving_ms", "saving_pct": float,      // every simulated fix at once (the causal
 //!       "findings": [str],                     // model's replay), the codes combined,
