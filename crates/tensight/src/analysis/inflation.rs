@@ -12,6 +12,12 @@
 //! as long as the unprofiled ones (the GPU's own time is untouched: a GPU-bound step
 //! stays as it is), and a fix is judged on the timeline the program really has.
 //!
+//! A step the GPU paces under the profiler and without it is not slowed, yet its host
+//! can be: in the warm-up the host ran ahead (its clock well under the CUDA events'
+//! step), under the profiler it kept pace with the GPU. [`host_pace`] removes that
+//! difference from the host events the same way, so a fix that shortens the GPU's work
+//! is not capped by a host that only the profiler made slow.
+//!
 //! A plain trace carries no unprofiled timing. Its host is deflated by a calibration
 //! instead ([`calibrated`]): what one recorded host event (an op, a runtime call, a
 //! Python call) costs the host under the profiler options the trace shows (shapes, stacks,
