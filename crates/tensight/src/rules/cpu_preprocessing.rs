@@ -536,20 +536,27 @@ fn what_runs(sites: &BTreeMap<(String, String), Site>) -> String {
 /// GPU idle. The rest is the sync's to save (S001, C002).
 fn own_gaps(t: &Timeline, work: &[(i64, i64)]) -> Vec<(i64, i64)> {
     let gaps = t.idle_gaps.iter().zip(&t.sync_drained);
-    let mut out: Vec<(i64, i64)> = gaps.clone().filter(|g| !g.1).map(|g| *g.0).collect();
+    let mut out: Vec<(i64, i64)> = gaps.filter(|g| !g.1).map(|g| *g.0).collect();
     for s in &t.steps {
         // A step's gaps start inside it (the gaps are sorted).
         let (lo, hi) = (s.start_ns, s.start_ns + s.dur_ns);
         let from = t.idle_gaps.partition_point(|g| g.0 < lo);
         let to = t.idle_gaps.partition_point(|g| g.0 < hi);
-        let in_step: Vec<(i64, i64)> = gaps
-            .clone()
-            .skip(from)
-            .take(to - from)
+        let drained = t.sync_drained.get(from..to).unwrap_or_default();
+        let in_step: Vec<(i64, i64)> = t.idle_gaps[from..to]
+            .iter()
+            .zip(drained)
             .filter(|g| *g.1)
             .map(|g| *g.0)
             .collect();
-        let busy = intersect(work, &in_step);
+        // Only the work that overlaps these gaps: a scan of all of it per step is
+        // quadratic on long traces.
+        let (Some(first), Some(last)) = (in_step.first(), in_step.last()) else {
+            continue;
+        };
+        let w0 = work.partition_point(|w| w.1 <= first.0);
+        let w1 = work.partition_point(|w| w.0 < last.1).max(w0);
+        let busy = intersect(&work[w0..w1], &in_step);
         let total: i64 = busy.iter().map(|(a, b)| b - a).sum();
         let mut left = (total - s.gpu_busy_ns).max(0);
         for &(a, b) in busy.iter().rev() {
