@@ -345,18 +345,22 @@ pub fn timeline(p: &Profile) -> Timeline {
     if let (Some(first), Some(last)) = (p.steps.first(), p.steps.last()) {
         // Steps the analysis leaves out (the profiler's warm-up, the execution-trace
         // step) are steps too: their syncs are not outside the loop.
-        let other_steps: Vec<(i64, i64)> = p
-            .ops
-            .iter()
-            .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("ProfilerStep#"))
-            .map(|o| (o.ts_ns, o.end_ns()))
-            .collect();
+        // Their union, sorted, searched per sync (a scan per sync is quadratic on long
+        // traces: thousands of steps and syncs).
+        let other_steps = super::simulate::merge_intervals(
+            p.ops
+                .iter()
+                .filter(|o| o.kind == OpKind::Annotation && o.name.starts_with("ProfilerStep#"))
+                .map(|o| (o.ts_ns, o.end_ns()))
+                .collect(),
+        );
+        let in_other_step = |ts: i64| {
+            let k = other_steps.partition_point(|s| s.0 <= ts);
+            k > 0 && ts < other_steps[k - 1].1
+        };
         for &ri in &syncs {
             let r = &p.runtime[ri as usize];
-            if other_steps
-                .iter()
-                .any(|&(a, b)| a <= r.ts_ns && r.ts_ns < b)
-            {
+            if in_other_step(r.ts_ns) {
                 continue;
             }
             let position = if r.ts_ns < first.host_start_ns {
