@@ -101,10 +101,7 @@ pub fn of(p: &Profile, profiled_step_ms: f64, gpu_busy_ms: f64) -> Option<Deflat
     let at = host_events(p)?;
     let n = p.steps.len().max(1) as f64;
     let events_per_step = at.len() as f64 / n;
-    let change = |cost: f64| Change {
-        host_points: at.iter().map(|&t| (t, cost.round() as i64)).collect(),
-        ..Default::default()
-    };
+    let change = |cost: f64| spread(&at, cost);
     let replayed_ms =
         |c: &Change| profiled_step_ms - simulate::saving_ns(p, c).max(0) as f64 / 1e6 / n;
     // Spread evenly, the slowdown is this much per event; but where the GPU or a sync is
@@ -166,11 +163,7 @@ fn host_pace(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
     let at = host_events(p)?;
     let events_per_step = at.len() as f64 / p.steps.len().max(1) as f64;
     let per_event_ns = (work - host) * 1e6 / events_per_step;
-    let cost = per_event_ns.round() as i64;
-    let change = Change {
-        host_points: at.into_iter().map(|t| (t, cost)).collect(),
-        ..Default::default()
-    };
+    let change = spread(&at, per_event_ns);
     let saved_ns = simulate::saving_ns(p, &change);
     Some(Deflation {
         profiled_step_ms,
@@ -211,6 +204,15 @@ const REACH_TOLERANCE: f64 = 0.01;
 const MAX_SPREAD: f64 = 4.0;
 /// Bisection steps for the per-event cost.
 const BISECTIONS: usize = 12;
+
+/// The removal of `cost_ns` (rounded to whole ns) of host time at each event of `at`.
+fn spread(at: &[i64], cost_ns: f64) -> Change {
+    let cost = cost_ns.round() as i64;
+    Change {
+        host_points: at.iter().map(|&t| (t, cost)).collect(),
+        ..Default::default()
+    }
+}
 
 /// When the profiler recorded a host event (an op, a Python call, a runtime call) inside
 /// the analysed steps, sorted; `None` when there is none.
@@ -318,10 +320,7 @@ pub fn calibrated(p: &Profile, profiled_step_ms: f64) -> Option<Deflation> {
     let n = p.steps.len().max(1) as f64;
     let events_per_step = at.len() as f64 / n;
     let per_event_ns = cost as f64;
-    let change = Change {
-        host_points: at.into_iter().map(|t| (t, cost)).collect(),
-        ..Default::default()
-    };
+    let change = spread(&at, per_event_ns);
     let saved_ns = simulate::saving_ns(p, &change);
     let u = profiled_step_ms - saved_ns.max(0) as f64 / 1e6 / n;
     (u > 0.0 && profiled_step_ms >= MIN_INFLATION * u).then_some(Deflation {
