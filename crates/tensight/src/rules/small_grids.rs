@@ -51,13 +51,21 @@ Also: a different algorithm for long-K GEMMs (split-K: `torch.compile` with
 and independent small kernels on separate CUDA streams (`torch.cuda.Stream`) so they
 share the GPU.
 
+A grid can also fill every SM with too few warps: an SM issues instructions from four
+sub-partitions (four SIMDs in an AMD compute unit), each only from its own resident
+warps, so a block of one warp per SM leaves three of them idle and keeps few memory
+requests in flight. Triton kernels launched with `num_warps=1` and many rows per
+program are the usual case.
+
 ## Thresholds
-A kernel counts when its grid has fewer blocks than the device has SMs, it runs at least
+A kernel counts when its grid has fewer blocks than the device has SMs or its warps fill
+at most 3 of the 4 sub-partitions of every SM (`SUB_PARTITIONS`, `MAX_USED_FEW_WARPS`),
+it runs at least
 10 µs (`MIN_KERNEL_NS`) and less than half of its time overlaps a kernel on another
 stream (`MAX_CONCURRENT_SHARE`). Reported when such kernels take at least 5% of the
 kernel time (`MIN_SHARE_PCT`). Per kernel, the GPU time saved if its work spread over all
-SMs is `dur × (1 − blocks/SMs)` (its blocks keep their speed, its work spreads over every
-SM), capped at 90% of its time (`MAX_SAVED_SHARE`: more blocks add split or reduction
+SMs is `dur × (1 − blocks/SMs × min(warps per busy SM / 4, 1))` (its warps keep their
+speed, its work spreads over every SM and sub-partition), capped at 90% of its time (`MAX_SAVED_SHARE`: more blocks add split or reduction
 work, so we assume no more than 10×). The
 step-time saving replays the trace with those shorter kernels: only time on the GPU's
 critical path counts.
@@ -76,6 +84,26 @@ const MAX_CONCURRENT_SHARE: f64 = 0.5;
 const MIN_SHARE_PCT: f64 = 5.0;
 /// At most this share of a kernel's time is saved by spreading its work (10× speed-up).
 const MAX_SAVED_SHARE: f64 = 0.9;
+/// Sub-partitions of an SM (NVIDIA since Volta) or SIMDs of a compute unit (AMD CDNA),
+/// each issuing only from its own resident warps: with fewer warps per SM than this, some
+/// of them have nothing to issue whatever the kernel does.
+const SUB_PARTITIONS: f64 = 4.0;
+/// A grid of at least one block per SM counts when its warps fill at most this share of
+/// the sub-partitions (three of four).
+const MAX_USED_FEW_WARPS: f64 = 0.75;
+
+/// Share of the GPU's issue capacity one kernel can use from its launch configuration
+/// alone: the share of SMs holding a block, times the share of each busy SM's
+/// sub-partitions that have a warp. 1.0 when both are full.
+fn used_share(blocks: u64, threads_per_block: u64, sms: f64, warp: u64) -> (f64, f64) {
+    let per_sm = blocks as f64 / sms;
+    let warps_per_block = threads_per_block.div_ceil(warp.max(1)).max(1) as f64;
+    let warps_per_busy_sm = per_sm.max(1.0) * warps_per_block;
+    (
+        per_sm.min(1.0) * (warps_per_busy_sm / SUB_PARTITIONS).min(1.0),
+        warps_per_busy_sm,
+    )
+}
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
@@ -84,12 +112,17 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     };
     let sms_f = f64::from(sms);
+    let warp = p
+        .main_device()
+        .map(|d| u64::from(d.warp_size))
+        .filter(|&w| w > 0)
+        .unwrap_or(32);
     let n = ctx.steps();
     let concurrent = Concurrency::new(p, &m.timeline.gpu_in_steps);
 
     // Time-weighted launch statistics over every kernel, and the small grids.
     let (mut all_ns, mut coverage_ns, mut occ_ns, mut occ_w) = (0i64, 0.0f64, 0.0f64, 0i64);
-    let mut small_bps_ns = 0.0f64;
+    let (mut small_bps_ns, mut few_warps_ns) = (0.0f64, 0i64);
     let mut groups: FxHashMap<(&str, u64), Group> = FxHashMap::default();
     let mut new_dur: Durations = Durations::default();
     for &gi in &m.timeline.gpu_in_steps {
@@ -104,20 +137,26 @@ fn check(ctx: &Context) -> Vec<Finding> {
             occ_ns += g.dur_ns as f64 * f64::from(o);
             occ_w += g.dur_ns;
         }
-        if blocks >= u64::from(sms)
+        let (used, warps_per_busy_sm) = used_share(blocks, launch.threads_per_block(), sms_f, warp);
+        let few_blocks = blocks < u64::from(sms);
+        if !(few_blocks || used <= MAX_USED_FEW_WARPS)
             || g.dur_ns < MIN_KERNEL_NS
             || classify(&g.name) == KernelClass::Communication
             || concurrent.share(p, gi) > MAX_CONCURRENT_SHARE
         {
             continue;
         }
-        let idle_share = (1.0 - blocks as f64 / sms_f).min(MAX_SAVED_SHARE);
+        let idle_share = (1.0 - used).min(MAX_SAVED_SHARE);
+        let idle_blocks_share = (1.0 - blocks as f64 / sms_f).clamp(0.0, MAX_SAVED_SHARE);
+        if warps_per_busy_sm < SUB_PARTITIONS && idle_share > idle_blocks_share + 0.01 {
+            few_warps_ns += g.dur_ns;
+        }
         let saved = (g.dur_ns as f64 * idle_share).round() as i64;
         new_dur.insert(gi, g.dur_ns - saved);
         small_bps_ns += g.dur_ns as f64 * blocks as f64 / sms_f;
         let e = groups
             .entry((&*g.name, blocks))
-            .or_insert_with(|| Group::new(g));
+            .or_insert_with(|| Group::new(g, warp));
         e.count += 1;
         e.dur_ns += g.dur_ns;
         e.saved_ns += saved;
@@ -136,24 +175,37 @@ fn check(ctx: &Context) -> Vec<Finding> {
     let coverage_pct = 100.0 * coverage_ns / all_ns as f64;
     let occ = (occ_w > 0).then(|| occ_ns / occ_w as f64);
     let launches: u64 = groups.values().map(|g| g.count).sum();
+    let few_warps = few_warps_ns > 0;
 
     let d = Draft {
         change: Some(Change::durations(new_dur.clone())),
-        title: "Kernels launch fewer blocks than the GPU has SMs".into(),
+        title: if few_warps {
+            "Kernels launch too few blocks or warps to fill the GPU's SMs".into()
+        } else {
+            "Kernels launch fewer blocks than the GPU has SMs".into()
+        },
         message: format!(
-            "{:.0} kernel launches per step ({} per step, {:.0}% of kernel time) use fewer blocks than the {sms} SMs; the largest, `{}`, runs {} blocks ({:.2} per SM) for {} per step",
+            "{:.0} kernel launches per step ({} per step, {:.0}% of kernel time) use fewer blocks than the {sms} SMs{}; the largest, `{}`, runs {} blocks ({:.2} per SM){} for {} per step",
             launches as f64 / n,
             fmt_ms(small_ns as f64 / 1e6 / n),
             100.0 * small_ns as f64 / all_ns as f64,
+            if few_warps { " or fewer than 4 warps per SM" } else { "" },
             short(top_key.0),
             top_key.1,
             top_key.1 as f64 / sms_f,
+            if few_warps && top.warps_per_block < SUB_PARTITIONS {
+                format!(" of {} warp{} each", top.warps_per_block, if top.warps_per_block == 1.0 { "" } else { "s" })
+            } else {
+                String::new()
+            },
             fmt_ms(top.dur_ns as f64 / 1e6 / n),
         ),
         saving_ms,
         estimate: format!(
-            "each such kernel's time × (1 − blocks/SMs), at most {:.0}% of it (assumes its work could spread over all {sms} SMs at no extra cost: more batch, split-K, another algorithm), {} of GPU time per step; the step saving replays the trace with those kernels shortened, so only time on the GPU's critical path counts",
+            "each such kernel's time × (1 − blocks/SMs{}), at most {:.0}% of it (assumes its work could spread over all {sms} SMs at no extra cost: more batch, split-K, another algorithm{}), {} of GPU time per step; the step saving replays the trace with those kernels shortened, so only time on the GPU's critical path counts",
+            if few_warps { " × min(warps per busy SM / 4, 1)" } else { "" },
             MAX_SAVED_SHARE * 100.0,
+            if few_warps { "; an SM issues from 4 sub-partitions, each only from its own warps, so fewer than 4 warps per SM leave some idle" } else { "" },
             fmt_ms(gpu_saved_ns as f64 / 1e6 / n)
         ),
         evidence: vec![
@@ -178,8 +230,14 @@ fn check(ctx: &Context) -> Vec<Finding> {
             ev("step time saved per step (replayed)", fmt_ms(saving_ms)),
         ],
         explanation: format!(
-            "While a kernel with fewer blocks than SMs runs, the SMs without a block idle; {:.0}% of the kernel time here runs with SMs left empty. Giving these kernels more independent work (a larger batch, split-K) or running them beside other work lets the idle SMs help. The step gains only where the GPU is the bottleneck: where the host launches slower than the GPU runs, shorter kernels just lengthen the gaps.",
-            100.0 * small_ns as f64 / all_ns as f64
+            "While a kernel with fewer blocks than SMs runs, the SMs without a block idle{}; {:.0}% of the kernel time here runs with SMs left empty{}. Giving these kernels more independent work (a larger batch, split-K) or running them beside other work lets the idle SMs help. The step gains only where the GPU is the bottleneck: where the host launches slower than the GPU runs, shorter kernels just lengthen the gaps.",
+            if few_warps {
+                ", and an SM with fewer than 4 warps leaves some of its 4 sub-partitions idle and keeps few memory requests in flight"
+            } else {
+                ""
+            },
+            100.0 * small_ns as f64 / all_ns as f64,
+            if few_warps { " or partly empty" } else { "" },
         ),
         fixes: vec![
             "Increase the batch size (or batch per-sample loops into one call) so each kernel has at least one block per SM".into(),
@@ -214,12 +272,18 @@ struct Group {
     dur_ns: i64,
     saved_ns: i64,
     grid: [u32; 3],
+    /// Warps per block (threads over the warp size, rounded up).
+    warps_per_block: f64,
     op: Option<u32>,
 }
 
 impl Group {
-    fn new(g: &GpuActivity) -> Group {
+    fn new(g: &GpuActivity, warp: u64) -> Group {
         Group {
+            warps_per_block: g
+                .launch
+                .map_or(1, |l| l.threads_per_block().div_ceil(warp.max(1)))
+                as f64,
             count: 0,
             dur_ns: 0,
             saved_ns: 0,
