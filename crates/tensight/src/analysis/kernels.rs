@@ -23,6 +23,32 @@ pub enum KernelClass {
     Other,
 }
 
+/// Sub-partitions of an SM (NVIDIA since Volta) or SIMDs of a compute unit (AMD CDNA),
+/// each issuing only from its own resident warps: with fewer warps per SM than this, some
+/// of them have nothing to issue whatever the kernel does.
+pub const SUB_PARTITIONS: f64 = 4.0;
+
+/// Share of the GPU's issue capacity one kernel can use from its launch configuration
+/// alone: the share of SMs holding a block, times the share of each busy SM's
+/// sub-partitions that have a warp. 1.0 when both are full.
+pub fn used_share(blocks: u64, threads_per_block: u64, sms: f64, warp: u64) -> (f64, f64) {
+    let per_sm = blocks as f64 / sms;
+    let warps_per_block = threads_per_block.div_ceil(warp.max(1)).max(1) as f64;
+    let warps_per_busy_sm = per_sm.max(1.0) * warps_per_block;
+    (
+        per_sm.min(1.0) * (warps_per_busy_sm / SUB_PARTITIONS).min(1.0),
+        warps_per_busy_sm,
+    )
+}
+
+/// Threads per warp (wavefront) of the profile's main device: 32 unless it says otherwise.
+pub fn warp_size(p: &crate::model::Profile) -> u64 {
+    p.main_device()
+        .map(|d| u64::from(d.warp_size))
+        .filter(|&w| w > 0)
+        .unwrap_or(32)
+}
+
 /// Classify a kernel by name.
 fn classify_uncached(name: &str) -> KernelClass {
     let n = name.to_ascii_lowercase();

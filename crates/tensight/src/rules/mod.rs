@@ -9,6 +9,7 @@
 //! locations. The primary bottleneck is the finding with the largest saving.
 
 mod allocator_churn;
+mod channels_first_convolutions;
 mod collective_wait;
 mod compute_imbalance;
 mod contended_scatter;
@@ -507,6 +508,7 @@ pub static REGISTRY: &[Rule] = &[
     non_contiguous_view_access::RULE,
     copy_churn::RULE,
     transposed_chain::RULE,
+    channels_first_convolutions::RULE,
     kernel_diversity::RULE,
     memory_near_capacity::RULE,
     allocator_churn::RULE,

@@ -4,7 +4,7 @@
 use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
-use crate::analysis::kernels::{classify, KernelClass};
+use crate::analysis::kernels::{classify, used_share, warp_size, KernelClass, SUB_PARTITIONS};
 use crate::analysis::simulate::{self, Change, Durations};
 use crate::model::{GpuActivity, Profile};
 use rustc_hash::FxHashMap;
@@ -84,26 +84,9 @@ const MAX_CONCURRENT_SHARE: f64 = 0.5;
 const MIN_SHARE_PCT: f64 = 5.0;
 /// At most this share of a kernel's time is saved by spreading its work (10× speed-up).
 const MAX_SAVED_SHARE: f64 = 0.9;
-/// Sub-partitions of an SM (NVIDIA since Volta) or SIMDs of a compute unit (AMD CDNA),
-/// each issuing only from its own resident warps: with fewer warps per SM than this, some
-/// of them have nothing to issue whatever the kernel does.
-const SUB_PARTITIONS: f64 = 4.0;
 /// A grid of at least one block per SM counts when its warps fill at most this share of
 /// the sub-partitions (three of four).
 const MAX_USED_FEW_WARPS: f64 = 0.75;
-
-/// Share of the GPU's issue capacity one kernel can use from its launch configuration
-/// alone: the share of SMs holding a block, times the share of each busy SM's
-/// sub-partitions that have a warp. 1.0 when both are full.
-fn used_share(blocks: u64, threads_per_block: u64, sms: f64, warp: u64) -> (f64, f64) {
-    let per_sm = blocks as f64 / sms;
-    let warps_per_block = threads_per_block.div_ceil(warp.max(1)).max(1) as f64;
-    let warps_per_busy_sm = per_sm.max(1.0) * warps_per_block;
-    (
-        per_sm.min(1.0) * (warps_per_busy_sm / SUB_PARTITIONS).min(1.0),
-        warps_per_busy_sm,
-    )
-}
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
@@ -112,11 +95,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         return Vec::new();
     };
     let sms_f = f64::from(sms);
-    let warp = p
-        .main_device()
-        .map(|d| u64::from(d.warp_size))
-        .filter(|&w| w > 0)
-        .unwrap_or(32);
+    let warp = warp_size(p);
     let n = ctx.steps();
     let concurrent = Concurrency::new(p, &m.timeline.gpu_in_steps);
 
