@@ -28,6 +28,11 @@ Attention computed through its full score matrix in GPU memory:
   `[..., Tq, D] @ [..., D, Tk]` (D the head size, at most 256; Tq, Tk at least 128),
   then a softmax over a tensor of that size, then a matmul of `[..., Tq, Tk]` by
   `[..., Tk, Dv]`, with whatever scaling, masking, casts and dropout lie between;
+- the same two matmuls with no softmax between them (linear attention: kernel feature
+  maps such as `elu(x) + 1` on q and k, computed in the quadratic order), where only
+  views, copies and scaling by a scalar touch the scores, and perhaps a sum of them
+  (the normaliser) right after: `(q @ kᵀ) @ v` equals `q @ (kᵀ @ v)`, which never forms
+  the scores;
 - `F.scaled_dot_product_attention` that ran its math fallback
   (`_scaled_dot_product_attention_math`), or that was given a square `[..., T, T]`
   `attn_mask` and so ran neither the flash nor the cuDNN kernel.
@@ -72,7 +77,9 @@ of the GPU's peak rate for the dtype (bf16/fp16 tensor cores; fp32 CUDA cores), 
 q, k, v and output bytes at the memory bandwidth when that is longer; replayed through
 the trace, so only time on the GPU's critical path counts. The host's dispatch of the
 removed ops is not cut (a lower bound on a host-bound step). Reported when the saving is
-at least 1% of the step (`MIN_SAVING_PCT`).
+at least 1% of the step (`MIN_SAVING_PCT`). For linear attention the replacement is the
+reassociated product: `2·B·(Tq + Tk)·D·Dv` FLOPs, at the same rates; the normaliser's
+sum within 16 ops after the second matmul (`NORMALISER_SCAN`) goes with the chain.
 
 ## References
 - PyTorch docs: `torch.nn.functional.scaled_dot_product_attention` (the flash,
@@ -97,6 +104,9 @@ const BWD_FLOPS: f64 = 2.5;
 /// Report when the saving is at least this share of the step (%).
 const MIN_SAVING_PCT: f64 = 1.0;
 
+/// Ops after a linear chain's second matmul searched for its normaliser (a sum of the
+/// scores).
+const NORMALISER_SCAN: usize = 16;
 const MATMULS: [&str; 3] = ["aten::matmul", "aten::bmm", "aten::baddbmm"];
 const SOFTMAXES: [&str; 4] = [
     "aten::softmax",
@@ -121,6 +131,9 @@ enum Form {
     SdpaMath,
     /// SDPA given a square mask.
     SdpaMask,
+    /// (q @ kᵀ) @ v with no softmax between (linear attention in the quadratic order):
+    /// reassociated, q @ (kᵀ @ v) never forms the scores.
+    Linear,
 }
 
 /// One attention call and the kernels it ran.
@@ -139,9 +152,13 @@ struct Attention {
 }
 
 impl Attention {
-    /// FLOPs of the fused forward.
+    /// FLOPs of the fused forward (of the reassociated one for [`Form::Linear`]).
     fn fwd_flops(&self) -> f64 {
         let [b, q, k, d, dv] = self.shape.map(|x| x as f64);
+        if self.form == Form::Linear {
+            // kᵀ @ v ([D, Dv] per head), then q @ that.
+            return 2.0 * b * (q + k) * d * dv;
+        }
         let f = 2.0 * b * q * k * (d + dv);
         if self.causal {
             f / 2.0
@@ -228,17 +245,23 @@ fn check(ctx: &Context) -> Vec<Finding> {
         Form::Chain => "softmax(q @ kᵀ) @ v written out",
         Form::SdpaMath => "scaled_dot_product_attention on its math fallback",
         Form::SdpaMask => "scaled_dot_product_attention given a square attn_mask",
+        Form::Linear => "(q @ kᵀ) @ v with no softmax, in the quadratic order",
     };
     let per_step = |ns: i64| fmt_ms(ns as f64 / 1e6 / n);
     let d = Draft {
         change: Some(change),
         title: "Attention materialises its score matrix in GPU memory".into(),
         message: format!(
-            "{:.1} attention calls per step ({what}) write and re-read a [{b}, {q}, {k}] score matrix ({} each) through GPU memory: {} of kernels per step{}, where a fused attention kernel is modelled at {}",
+            "{:.1} attention calls per step ({what}) write and re-read a [{b}, {q}, {k}] score matrix ({} each) through GPU memory: {} of kernels per step{}, where {} is modelled at {}",
             found.len() as f64 / n,
             fmt_bytes(top.score_bytes()),
             per_step(kernel_ns),
             if with_bwd > 0 { " forward and backward" } else { "" },
+            if top.form == Form::Linear {
+                "q @ (kᵀ @ v)"
+            } else {
+                "a fused attention kernel"
+            },
             per_step(fused_ns),
         ),
         saving_ms,
@@ -259,13 +282,23 @@ fn check(ctx: &Context) -> Vec<Finding> {
             ev("fused attention, modelled, per step", per_step(fused_ns)),
             ev("distinct sites", causes.len().to_string()),
         ],
-        explanation: format!(
-            "Each op of the chain (matmul, scale, mask, softmax, casts, the second matmul) writes or reads the whole {q}×{k} score matrix of every head in GPU memory, and the backward does it again; a fused attention kernel keeps the scores in shared memory and is bound by its FLOPs."
-        ),
+        explanation: if top.form == Form::Linear {
+            format!(
+                "With no softmax between them, (q kᵀ) v equals q (kᵀ v): the {q}×{k} scores of every head need never exist. Computed in this order they cost {q}·{k}·(D + Dv) multiply-adds per head and a write and re-read of the scores; reassociated, ({q} + {k})·D·Dv and a [D, Dv] summary per head."
+            )
+        } else {
+            format!(
+                "Each op of the chain (matmul, scale, mask, softmax, casts, the second matmul) writes or reads the whole {q}×{k} score matrix of every head in GPU memory, and the backward does it again; a fused attention kernel keeps the scores in shared memory and is bound by its FLOPs."
+            )
+        },
         fixes: match top.form {
             Form::Chain => vec![
                 "Call `torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)` (or `attn_mask=` for a non-causal mask, `dropout_p=` for dropout) instead of the matmul/softmax/matmul chain".into(),
                 "Keep q, k, v in bf16/fp16 (autocast) so SDPA can take its flash kernel".into(),
+            ],
+            Form::Linear => vec![
+                "Reassociate: `kv = k.transpose(-2, -1) @ v` (or `einsum('bhmd,bhme->bhde', k, v)`), then `q @ kv`; the normaliser as `q @ k.sum(-2, keepdim=True).transpose(-2, -1)`".into(),
+                "For causal linear attention, use a chunked or cumulative-sum form (prefix sums of kᵀv) rather than a masked [T, T] score matrix".into(),
             ],
             Form::SdpaMath | Form::SdpaMask => vec![
                 "Pass `is_causal=True` instead of a causal `attn_mask`: with a mask SDPA cannot use flash attention".into(),
@@ -329,6 +362,36 @@ fn numel(s: &[i64]) -> i64 {
     s.iter().product()
 }
 
+/// Ops that may touch the scores of a linear chain without breaking the reassociation:
+/// views, copies, casts, and scaling by a scalar.
+fn reassociable(name: &str, dims: &[Vec<i64>]) -> bool {
+    const VIEWS: [&str; 17] = [
+        "aten::view",
+        "aten::reshape",
+        "aten::_unsafe_view",
+        "aten::permute",
+        "aten::transpose",
+        "aten::t",
+        "aten::as_strided",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::expand",
+        "aten::alias",
+        "aten::detach",
+        "aten::contiguous",
+        "aten::clone",
+        "aten::copy_",
+        "aten::to",
+        "aten::_to_copy",
+    ];
+    VIEWS.contains(&name)
+        || name.starts_with("aten::empty")
+        || (matches!(
+            name,
+            "aten::mul" | "aten::div" | "aten::mul_" | "aten::div_"
+        ) && dims.get(1).is_some_and(|d| d.iter().product::<i64>() <= 1))
+}
+
 /// (batch, M, K, N) of a matmul `a @ b` with a = [..., M, K], b = [..., K, N].
 fn matmul_dims(d: &[Vec<i64>]) -> Option<(i64, i64, i64, i64)> {
     let (a, b) = (d.first()?, d.get(1)?);
@@ -384,25 +447,54 @@ fn chain(p: &Profile, i: usize) -> Option<Attention> {
     let scores = b * tq * tk;
     let same_thread = |j: usize| p.ops[j].pid == o.pid && p.ops[j].tid == o.tid;
     let end = (i + MAX_SCAN).min(p.ops.len());
+    let second = |from: usize| {
+        (from + 1..end).take_while(|&j| same_thread(j)).find(|&j| {
+            MATMULS.contains(&&*p.ops[j].name)
+                && matmul_dims(&dims(p, j))
+                    .is_some_and(|(b2, m, k, _)| b2 * m * k == scores && k == tk)
+        })
+    };
     let softmax = (i + 1..end).take_while(|&j| same_thread(j)).find(|&j| {
         SOFTMAXES.contains(&&*p.ops[j].name)
             && dims(p, j)
                 .first()
                 .is_some_and(|s| numel(s) == scores && s.last() == Some(&tk))
-    })?;
-    let out = (softmax + 1..end)
-        .take_while(|&j| same_thread(j))
-        .find(|&j| {
-            MATMULS.contains(&&*p.ops[j].name)
-                && matmul_dims(&dims(p, j))
-                    .is_some_and(|(b2, m, k, _)| b2 * m * k == scores && k == tk)
-        })?;
+    });
+    let (form, out) = match softmax.and_then(second) {
+        Some(out) => (Form::Chain, out),
+        None => {
+            // No softmax: linear when only views and scalar scaling touch the scores
+            // between the two matmuls.
+            let out = second(i)?;
+            let linear = (i + 1..out).all(|j| {
+                let d = dims(p, j);
+                d.first().is_none_or(|s| numel(s) != scores) || reassociable(&p.ops[j].name, &d)
+            });
+            if !linear {
+                return None;
+            }
+            (Form::Linear, out)
+        }
+    };
     let (_, _, _, dv) = matmul_dims(&dims(p, out))?;
     let stop = p.ops[out].end_ns();
-    let last = (out..p.ops.len())
+    let mut last = (out..p.ops.len())
         .take_while(|&j| same_thread(j) && p.ops[j].ts_ns < stop)
         .last()
         .unwrap_or(out);
+    if form == Form::Linear {
+        // The normaliser: a sum of the scores over the keys, soon after.
+        let end = (last + 1 + NORMALISER_SCAN).min(p.ops.len());
+        if let Some(sum) = (last + 1..end).take_while(|&j| same_thread(j)).find(|&j| {
+            &*p.ops[j].name == "aten::sum" && dims(p, j).first().is_some_and(|s| numel(s) == scores)
+        }) {
+            let stop = p.ops[sum].end_ns();
+            last = (sum..p.ops.len())
+                .take_while(|&j| same_thread(j) && p.ops[j].ts_ns < stop)
+                .last()
+                .unwrap_or(sum);
+        }
+    }
     // A square mask broadcast over batch and heads ([1, 1, T, T]) is a causal one.
     let causal = tq == tk
         && (i..=last).any(|j| {
@@ -414,7 +506,7 @@ fn chain(p: &Profile, i: usize) -> Option<Attention> {
                 })
         });
     let a = Attention {
-        form: Form::Chain,
+        form,
         first: i as u32,
         last: last as u32,
         shape: [b, tq, tk, d, dv],
@@ -619,6 +711,35 @@ mod tests {
         no_softmax.remove(3);
         let r = trace(&no_softmax, true).report();
         assert!(!codes(&r).contains(&"M004"), "{:?}", codes(&r));
+    }
+
+    #[test]
+    fn linear_attention_in_the_quadratic_order_fires_with_its_normaliser() {
+        let t = 1024;
+        let linear = vec![
+            ("aten::bmm", json!([[192, t, 64], [192, 64, t]])),
+            ("aten::view", json!([[192, t, t], []])),
+            ("aten::mul", json!([[16, 12, t, t], []])),
+            ("aten::bmm", json!([[192, t, t], [192, t, 64]])),
+            ("aten::sum", json!([[16, 12, t, t], [], [], []])),
+        ];
+        let r = trace(&linear, false).report();
+        let f = finding(&r, "M004");
+        // The five ops' kernels (300 µs each: the builder gives every op one) become
+        // q @ (kᵀ @ v): 2·192·(1024 + 1024)·64·64 FLOPs, 3.2 GFLOP, 9.3 µs at 35% of
+        // 989 TFLOP/s, or its 4 × 192·1024·64 bf16 values at 80% of the H200's
+        // 4.8 TB/s: 26 µs; the replay keeps the launches' gaps.
+        assert!(
+            (1.35..1.474).contains(&f.saving_ms),
+            "saving {}",
+            f.saving_ms
+        );
+        assert!(f.message.contains("no softmax"), "{}", f.message);
+        assert!(f.fixes[0].contains("Reassociate"), "{:?}", f.fixes);
+        // A mask or a nonlinearity on the scores breaks the reassociation.
+        let mut masked = linear.clone();
+        masked[2] = ("aten::exp", json!([[16, 12, t, t]]));
+        assert!(!codes(&trace(&masked, false).report()).contains(&"M004"));
     }
 
     #[test]
