@@ -329,8 +329,10 @@ HOLDOUT_SETS = [
      "re-scores the committed `tensight run` recordings only"),
     ("holdout_g", "G", "831f61b", "session 23's change (the profiler's cost on a host that "
      "ran ahead of the GPU in the warm-up: `host_pace`)",
-     "recorded on 2026-12-05 on an H100, no H200 being lent; tuned on for one change since: "
-     "its lm_vocab_head showed a GPU fix's saving capped by the profiled host"),
+     "recorded on 2026-12-05 on an H100, no H200 being lent; tuned on since: its "
+     "lm_vocab_head showed a GPU fix's saving capped by the profiled host (session 23), its "
+     "triton_rmsnorm, linear_attn_bench and video_r2p1d drove O001's warps, M004's linear "
+     "attention and V004 (session 25)"),
 ]
 
 #: What a set's table needs said beside it.
@@ -354,11 +356,17 @@ HOLDOUT_NOTES = {
         "measured for the sorted dispatch (fewer syncs and fewer launches).",
         "- charlm_memhist: `torch.cuda.memory._record_memory_history` costs host time per "
         "allocation; seen as launch-bound (L001), no rule names allocator history recording.",
-        "- video_r2p1d: channels-first 3-D convolutions taken for small grids (O001).",
-        "- linear_attn_bench: the materialised score matrix is not named (G001 1.93 ms).",
-        "- Right primaries with low savings: triton_rmsnorm 0.18 against 3.81 ms (O001), "
-        "loader_thread 29.08 against 73.41 (C004), dpsgd_per_sample 123.05 against 208.29 "
-        "(L001).",
+        "- video_r2p1d: channels-first 3-D convolutions taken for small grids (O001) before "
+        "session 25; now the new V004 (channels-first convolutions) is primary with 26.99 ms "
+        "against 33.14 measured, still a miss by the expectations fixed before V004 existed "
+        "(V001-V003).",
+        "- linear_attn_bench: the materialised score matrix was not named (G001 1.93 ms) before "
+        "session 25; M004 now names linear attention in the quadratic order, 7.16 ms against "
+        "4.28 (too high: the reassociated form is modelled at its FLOPs, 0.3 ms).",
+        "- triton_rmsnorm: O001 was right at 0.18 ms against 3.81 (it counted blocks, not "
+        "the one warp per block); 4.45 ms since session 25.",
+        "- Right primaries with low savings: loader_thread 29.08 against 73.41 (C004), "
+        "dpsgd_per_sample 123.05 against 208.29 (L001).",
         "- lm_vocab_head before `host_pace`: T002 and G001 both 4.66 ms (the profiled host "
         "capped the replay), G001 first; after: T002 19.32 against 22.59 measured.",
     ],

@@ -60,8 +60,8 @@ _HOLDOUT_SENTENCES = [
     ("holdout_f", r"resnet18_cifar and\s+vit_linear_probe drove\): (\d+)/(\d+) primaries and "
                   r"(\d+)/\d+ estimates\s+\(before: (\d+)/\d+ and (\d+)/\d+;", _RUN),
     ("holdout_g", r"With the engine that recorded it: (\d+)/(\d+) primaries and (\d+)/\d+ "
-                  r"estimates\s+\(plain traces (\d+)/\d+,[^)]*\)[^`]*`host_pace`[^)]*\), "
-                  r"gives (\d+)/\d+ and (\d+)/\d+;",
+                  r"estimates\s+\(plain traces (\d+)/\d+,[^)]*\)[\s\S]*?Session 25's\s+three "
+                  r"changes,[^,]*, give (\d+)/\d+ and (\d+)/\d+ \(`after`\)",
      ("before.primary_ok_run1", "before.planted", "before.estimate_ok_run1",
       "before.primary_ok_plain", "after.primary_ok_run1", "after.estimate_ok_run1")),
 ]
