@@ -65,10 +65,10 @@ it runs at least
 stream (`MAX_CONCURRENT_SHARE`). Reported when such kernels take at least 5% of the
 kernel time (`MIN_SHARE_PCT`). Per kernel, the GPU time saved if its work spread over all
 SMs is `dur × (1 − blocks/SMs × min(warps per busy SM / 4, 1))` (its warps keep their
-speed, its work spreads over every SM and sub-partition), capped at 90% of its time (`MAX_SAVED_SHARE`: more blocks add split or reduction
-work, so we assume no more than 10×). The
-step-time saving replays the trace with those shorter kernels: only time on the GPU's
-critical path counts.
+speed, its work spreads over every SM and sub-partition), capped at 90% of its time
+(`MAX_SAVED_SHARE`: more blocks add split or reduction work, so we assume no more than
+10×). The step-time saving replays the trace with those shorter kernels: only time on
+the GPU's critical path counts.
 
 ## References
 - CUDA C++ Best Practices Guide: "Occupancy" and "Execution configuration optimizations".
@@ -218,13 +218,17 @@ fn check(ctx: &Context) -> Vec<Finding> {
             100.0 * small_ns as f64 / all_ns as f64,
             if few_warps { " or partly empty" } else { "" },
         ),
-        fixes: vec![
+        fixes: few_warps
+            .then(|| "In your own kernels, give each block more warps (Triton `num_warps=4` or 8, CUDA 128–256 threads) and fewer rows, so every SM holds at least 4 warps".to_string())
+            .into_iter()
+            .chain([
             "Increase the batch size (or batch per-sample loops into one call) so each kernel has at least one block per SM".into(),
             "For long-K GEMMs with a tiny output, let `torch.compile(model, mode=\"max-autotune\")` pick a split-K kernel, or reshape the problem".into(),
             "In a custom (Triton, CUDA) kernel, split each row's or sample's work over several programs: a 2-D grid whose partial results are combined by a second pass or atomics".into(),
             "Fuse small kernels with `torch.compile` so each launch carries more work".into(),
             "Run independent small kernels on separate `torch.cuda.Stream`s so they share the GPU".into(),
-        ],
+        ])
+        .collect(),
         locations: list
             .iter()
             .take(5)
