@@ -28,17 +28,30 @@ pub enum KernelClass {
 /// of them have nothing to issue whatever the kernel does.
 pub const SUB_PARTITIONS: f64 = 4.0;
 
-/// Share of the GPU's issue capacity one kernel can use from its launch configuration
-/// alone: the share of SMs holding a block, times the share of each busy SM's
-/// sub-partitions that have a warp. 1.0 when both are full.
-pub fn used_share(blocks: u64, threads_per_block: u64, sms: f64, warp: u64) -> (f64, f64) {
-    let per_sm = blocks as f64 / sms;
-    let warps_per_block = threads_per_block.div_ceil(warp.max(1)).max(1) as f64;
+/// At most this share of a kernel's time is saved by spreading its work over the SMs
+/// and sub-partitions it leaves idle (a 10× speed-up): more blocks add split or
+/// reduction work.
+pub const MAX_SPREAD_SAVING: f64 = 0.9;
+
+/// Share of the GPU's issue capacity a kernel launched as `l` can use from its launch
+/// configuration alone: the share of SMs holding a block, times the share of each busy
+/// SM's sub-partitions that have a warp (1.0 when both are full); and its warps per busy
+/// SM.
+pub fn used_share(l: &crate::model::LaunchInfo, sms: f64, warp: u64) -> (f64, f64) {
+    let per_sm = l.blocks() as f64 / sms;
+    let warps_per_block = l.threads_per_block().div_ceil(warp.max(1)).max(1) as f64;
     let warps_per_busy_sm = per_sm.max(1.0) * warps_per_block;
     (
         per_sm.min(1.0) * (warps_per_busy_sm / SUB_PARTITIONS).min(1.0),
         warps_per_busy_sm,
     )
+}
+
+/// Share of a kernel's time saved if its work spread over the whole GPU, given the
+/// share of it its launch uses ([`used_share`]): the idle rest, at most
+/// [`MAX_SPREAD_SAVING`].
+pub fn spread_saving(used: f64) -> f64 {
+    (1.0 - used).clamp(0.0, MAX_SPREAD_SAVING)
 }
 
 /// Threads per warp (wavefront) of the profile's main device: 32 unless it says otherwise.

@@ -6,7 +6,7 @@ use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
 use crate::analysis::flops::parse_dims;
-use crate::analysis::kernels::{used_share, warp_size};
+use crate::analysis::kernels::{spread_saving, used_share, warp_size, MAX_SPREAD_SAVING};
 use crate::analysis::simulate::{Change, Durations};
 use crate::model::Profile;
 use std::collections::BTreeMap;
@@ -72,8 +72,6 @@ GPU), the trace replayed with those times. Slower channels-first convolution ker
 const MIN_TRANSPOSE_PCT: f64 = 1.0;
 /// Report when the replayed saving is at least this share of the step (%).
 const MIN_SAVING_PCT: f64 = 1.0;
-/// At most this share of a batch-norm kernel's time is saved by spreading its work.
-const MAX_SAVED_SHARE: f64 = 0.9;
 
 /// A layout transpose that convolution libraries launch around an NHWC kernel.
 fn is_layout_transpose(name: &str) -> bool {
@@ -118,7 +116,6 @@ fn check(ctx: &Context) -> Vec<Finding> {
         .map(|d| f64::from(d.num_sms))
         .filter(|&s| s > 0.0);
     let warp = warp_size(p);
-    let mut norms: Vec<(u32, i64)> = Vec::new();
     for &gi in &m.timeline.gpu_in_steps {
         let g = &p.gpu[gi as usize];
         if !g.is_kernel() {
@@ -127,10 +124,10 @@ fn check(ctx: &Context) -> Vec<Finding> {
         all_ns += g.dur_ns;
         if is_channels_first_batch_norm(&g.name) {
             if let (Some(l), Some(sms)) = (g.launch, sms) {
-                let (used, _) = used_share(l.blocks(), l.threads_per_block(), sms, warp);
-                let saved = (g.dur_ns as f64 * (1.0 - used).min(MAX_SAVED_SHARE)).round() as i64;
+                let (used, _) = used_share(&l, sms, warp);
+                let saved = (g.dur_ns as f64 * spread_saving(used)).round() as i64;
                 if saved > 0 {
-                    norms.push((gi, g.dur_ns - saved));
+                    new_dur.insert(gi, g.dur_ns - saved);
                     norm_ns += g.dur_ns;
                     norm_saved_ns += saved;
                 }
@@ -162,9 +159,6 @@ fn check(ctx: &Context) -> Vec<Finding> {
     }
     if all_ns <= 0 || 100.0 * transpose_ns as f64 / (all_ns as f64) < MIN_TRANSPOSE_PCT {
         return Vec::new();
-    }
-    for (gi, d) in norms {
-        new_dur.insert(gi, d);
     }
     let change = Change::durations(new_dur);
     let saving_ms = ctx.replayed_ms(&change);
@@ -203,7 +197,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             if norm_ns > 0 {
                 format!(
                     " and each channels-first batch-norm kernel shortened by the share of the GPU its launch leaves idle (blocks per SM, warps per busy SM; at most {:.0}%: {} per step)",
-                    MAX_SAVED_SHARE * 100.0,
+                    MAX_SPREAD_SAVING * 100.0,
                     per_step(norm_saved_ns)
                 )
             } else {

@@ -362,6 +362,17 @@ fn numel(s: &[i64]) -> i64 {
     s.iter().product()
 }
 
+/// The last op on op `i`'s thread that starts before `i` ends: `i..=` that are `i` and
+/// what it called.
+fn last_inside(p: &Profile, i: usize) -> usize {
+    let o = &p.ops[i];
+    let stop = o.end_ns();
+    (i..p.ops.len())
+        .take_while(|&j| p.ops[j].pid == o.pid && p.ops[j].tid == o.tid && p.ops[j].ts_ns < stop)
+        .last()
+        .unwrap_or(i)
+}
+
 /// Ops that may touch the scores of a linear chain without breaking the reassociation:
 /// views, copies, casts, and scaling by a scalar.
 fn reassociable(name: &str, dims: &[Vec<i64>]) -> bool {
@@ -477,22 +488,14 @@ fn chain(p: &Profile, i: usize) -> Option<Attention> {
         }
     };
     let (_, _, _, dv) = matmul_dims(&dims(p, out))?;
-    let stop = p.ops[out].end_ns();
-    let mut last = (out..p.ops.len())
-        .take_while(|&j| same_thread(j) && p.ops[j].ts_ns < stop)
-        .last()
-        .unwrap_or(out);
+    let mut last = last_inside(p, out);
     if form == Form::Linear {
         // The normaliser: a sum of the scores over the keys, soon after.
         let end = (last + 1 + NORMALISER_SCAN).min(p.ops.len());
         if let Some(sum) = (last + 1..end).take_while(|&j| same_thread(j)).find(|&j| {
             &*p.ops[j].name == "aten::sum" && dims(p, j).first().is_some_and(|s| numel(s) == scores)
         }) {
-            let stop = p.ops[sum].end_ns();
-            last = (sum..p.ops.len())
-                .take_while(|&j| same_thread(j) && p.ops[j].ts_ns < stop)
-                .last()
-                .unwrap_or(sum);
+            last = last_inside(p, sum);
         }
     }
     // A square mask broadcast over batch and heads ([1, 1, T, T]) is a causal one.
@@ -520,12 +523,7 @@ fn chain(p: &Profile, i: usize) -> Option<Attention> {
 
 /// SDPA call `i` when it ran off its fused paths.
 fn sdpa(p: &Profile, i: usize) -> Option<Attention> {
-    let o = &p.ops[i];
-    let stop = o.end_ns();
-    let last = (i..p.ops.len())
-        .take_while(|&j| p.ops[j].pid == o.pid && p.ops[j].tid == o.tid && p.ops[j].ts_ns < stop)
-        .last()
-        .unwrap_or(i);
+    let last = last_inside(p, i);
     let inner = |names: &[&str]| (i + 1..=last).any(|j| names.contains(&&*p.ops[j].name));
     if inner(&FUSED_SDPA) {
         return None;

@@ -4,7 +4,9 @@
 use super::{
     ev, fmt_ms, op_location, Category, Context, Draft, Finding, Location, Rule, RuleMeta, Status,
 };
-use crate::analysis::kernels::{classify, used_share, warp_size, KernelClass, SUB_PARTITIONS};
+use crate::analysis::kernels::{
+    classify, spread_saving, used_share, warp_size, KernelClass, MAX_SPREAD_SAVING, SUB_PARTITIONS,
+};
 use crate::analysis::simulate::{self, Change, Durations};
 use crate::model::{GpuActivity, Profile};
 use rustc_hash::FxHashMap;
@@ -60,15 +62,14 @@ program are the usual case.
 ## Thresholds
 A kernel counts when its grid has fewer blocks than the device has SMs or its warps fill
 at most 3 of the 4 sub-partitions of every SM (`SUB_PARTITIONS`, `MAX_USED_FEW_WARPS`),
-it runs at least
-10 µs (`MIN_KERNEL_NS`) and less than half of its time overlaps a kernel on another
-stream (`MAX_CONCURRENT_SHARE`). Reported when such kernels take at least 5% of the
-kernel time (`MIN_SHARE_PCT`). Per kernel, the GPU time saved if its work spread over all
-SMs is `dur × (1 − blocks/SMs × min(warps per busy SM / 4, 1))` (its warps keep their
-speed, its work spreads over every SM and sub-partition), capped at 90% of its time
-(`MAX_SAVED_SHARE`: more blocks add split or reduction work, so we assume no more than
-10×). The step-time saving replays the trace with those shorter kernels: only time on
-the GPU's critical path counts.
+it runs at least 10 µs (`MIN_KERNEL_NS`) and less than half of its time overlaps a
+kernel on another stream (`MAX_CONCURRENT_SHARE`). Reported when such kernels take at
+least 5% of the kernel time (`MIN_SHARE_PCT`). Per kernel, the GPU time saved if its
+work spread over all SMs is `dur × (1 − blocks/SMs × min(warps per busy SM / 4, 1))`
+(its warps keep their speed, its work spreads over every SM and sub-partition), capped
+at 90% of its time (`analysis::kernels::MAX_SPREAD_SAVING`: more blocks add split or
+reduction work, so we assume no more than 10×). The step-time saving replays the trace
+with those shorter kernels: only time on the GPU's critical path counts.
 
 ## References
 - CUDA C++ Best Practices Guide: "Occupancy" and "Execution configuration optimizations".
@@ -82,8 +83,6 @@ const MIN_KERNEL_NS: i64 = 10_000;
 const MAX_CONCURRENT_SHARE: f64 = 0.5;
 /// Report when counted kernels take at least this share of the kernel time (%).
 const MIN_SHARE_PCT: f64 = 5.0;
-/// At most this share of a kernel's time is saved by spreading its work (10× speed-up).
-const MAX_SAVED_SHARE: f64 = 0.9;
 /// A grid of at least one block per SM counts when its warps fill at most this share of
 /// the sub-partitions (three of four).
 const MAX_USED_FEW_WARPS: f64 = 0.75;
@@ -116,7 +115,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
             occ_ns += g.dur_ns as f64 * f64::from(o);
             occ_w += g.dur_ns;
         }
-        let (used, warps_per_busy_sm) = used_share(blocks, launch.threads_per_block(), sms_f, warp);
+        let (used, warps_per_busy_sm) = used_share(&launch, sms_f, warp);
         let few_blocks = blocks < u64::from(sms);
         if !(few_blocks || used <= MAX_USED_FEW_WARPS)
             || g.dur_ns < MIN_KERNEL_NS
@@ -125,8 +124,8 @@ fn check(ctx: &Context) -> Vec<Finding> {
         {
             continue;
         }
-        let idle_share = (1.0 - used).min(MAX_SAVED_SHARE);
-        let idle_blocks_share = (1.0 - blocks as f64 / sms_f).clamp(0.0, MAX_SAVED_SHARE);
+        let idle_share = spread_saving(used);
+        let idle_blocks_share = spread_saving(blocks as f64 / sms_f);
         if warps_per_busy_sm < SUB_PARTITIONS && idle_share > idle_blocks_share + 0.01 {
             few_warps_ns += g.dur_ns;
         }
@@ -183,7 +182,7 @@ fn check(ctx: &Context) -> Vec<Finding> {
         estimate: format!(
             "each such kernel's time × (1 − blocks/SMs{}), at most {:.0}% of it (assumes its work could spread over all {sms} SMs at no extra cost: more batch, split-K, another algorithm{}), {} of GPU time per step; the step saving replays the trace with those kernels shortened, so only time on the GPU's critical path counts",
             if few_warps { " × min(warps per busy SM / 4, 1)" } else { "" },
-            MAX_SAVED_SHARE * 100.0,
+            MAX_SPREAD_SAVING * 100.0,
             if few_warps { "; an SM issues from 4 sub-partitions, each only from its own warps, so fewer than 4 warps per SM leave some idle" } else { "" },
             fmt_ms(gpu_saved_ns as f64 / 1e6 / n)
         ),
