@@ -52,6 +52,12 @@ opt = torch.optim.AdamW(model.parameters(), fused=True)  # or foreach=True: few 
 Also: a larger batch (more work per launch), fusing small ops (`torch.compile`), and
 foreach/fused optimizers instead of per-parameter loops.
 
+A graph replays the shapes it was captured with. When at least half of the regions'
+kernels (`DYNAMIC_SHARE`) launch with a (name, grid) that some analysed step launches
+a different number of times than another — shapes that follow the data: a loop over
+requests of different lengths, per-group `nonzero` — the first fix is to batch that
+work into fixed-size ops (pad, bucket, sort by group and slice), then graph or fuse it.
+
 ## Thresholds
 A dense launch region has at least 8 kernels (`MIN_REGION_KERNELS`) with a median
 duration under 10 µs (`SHORT_KERNEL_NS`); it ends at a gap longer than 500 µs
@@ -86,6 +92,9 @@ const GRAPH_LAUNCH_NS: i64 = 10_000;
 const SKEW_NS: i64 = 5_000;
 /// Report when the saving is at least this share of the step (%).
 const MIN_SAVING_PCT: f64 = 1.0;
+/// Share of the regions' kernels whose launches change between steps at and above which
+/// the shapes count as changing (a graph captured once would not replay them).
+const DYNAMIC_SHARE: f64 = 0.5;
 
 fn check(ctx: &Context) -> Vec<Finding> {
     let p = ctx.profile;
@@ -156,8 +165,35 @@ fn check(ctx: &Context) -> Vec<Finding> {
     };
     let idle_ms = gaps_ns as f64 / 1e6 / n;
     let ks = &m.kernels;
+    let varying = step_varying(p);
+    let in_regions: Vec<u32> = regions
+        .iter()
+        .flat_map(|r| r.members.iter().copied())
+        .filter(|&g| p.gpu[g as usize].is_kernel())
+        .collect();
+    let dynamic_share = match &varying {
+        Some(v) if !in_regions.is_empty() => {
+            in_regions.iter().filter(|&&g| v[g as usize]).count() as f64 / in_regions.len() as f64
+        }
+        _ => 0.0,
+    };
+    let dynamic = dynamic_share >= DYNAMIC_SHARE;
+    let mut fixes: Vec<String> = vec![
+        "Capture the step as a CUDA graph: `torch.compile(model, mode=\"reduce-overhead\")`, or `torch.cuda.CUDAGraph` / `torch.cuda.make_graphed_callables` with static shapes".into(),
+        "Fuse small ops with `torch.compile(model)`: fewer, larger kernels".into(),
+        "Use foreach/fused optimizers: `torch.optim.AdamW(params, fused=True)` (or `foreach=True`)".into(),
+        "Increase the batch size so each kernel carries more work per launch".into(),
+    ];
+    if dynamic {
+        // A graph replays the shapes it was captured with: first make the work static
+        // or batched, then graph or fuse it.
+        fixes[0] = format!(
+            "Batch the per-item work first: {:.0}% of these kernels launch with grids that change from step to step (shapes that depend on the data: per-item loops, variable lengths, `nonzero`), so a CUDA graph captured once would not replay them. Process the items in one op (pad or bucket to fixed sizes, sort by group and slice), then capture or fuse it",
+            100.0 * dynamic_share
+        );
+    }
 
-    let d = Draft {
+    let mut d = Draft {
         change: Some(change),
         title: "GPU waits for kernel launches (launch-bound)".into(),
         message: format!(
@@ -176,7 +212,11 @@ fn check(ctx: &Context) -> Vec<Finding> {
             MAX_GAP_NS / 1_000,
             GRAPH_GAP_NS / 1_000,
             GRAPH_LAUNCH_NS / 1_000
-        ),
+        ) + if dynamic {
+            ". The shapes here change between steps, so a graph captured once would not replay them as they are: read it as the launch overhead that batching the per-item work (then a graph or fusion) removes"
+        } else {
+            ""
+        },
         evidence: vec![
             ev("kernels per step", format!("{:.0}", m.summary.kernels_per_step)),
             ev(
@@ -210,14 +250,15 @@ fn check(ctx: &Context) -> Vec<Finding> {
             "Kernels here run for a median {median_kernel_us:.1} µs but the host needs {host_per_launch_us:.1} µs per launch (Python, dispatcher, autograd; the launch API call alone {api_us:.1} µs), so the queue stays empty and the GPU waits {} per step. Replaying the sequence as a CUDA graph removes the host from between the kernels; fusing ops or a larger batch makes each launch carry more work.",
             fmt_ms(idle_ms)
         ),
-        fixes: vec![
-            "Capture the step as a CUDA graph: `torch.compile(model, mode=\"reduce-overhead\")`, or `torch.cuda.CUDAGraph` / `torch.cuda.make_graphed_callables` with static shapes".into(),
-            "Fuse small ops with `torch.compile(model)`: fewer, larger kernels".into(),
-            "Use foreach/fused optimizers: `torch.optim.AdamW(params, fused=True)` (or `foreach=True`)".into(),
-            "Increase the batch size so each kernel carries more work per launch".into(),
-        ],
+        fixes,
         locations: locations(p, &regions),
     };
+    if dynamic_share > 0.0 {
+        d.evidence.push(ev(
+            "kernels whose launches change between steps",
+            format!("{:.0}% of those in the regions", 100.0 * dynamic_share),
+        ));
+    }
     vec![d.finish(&META, ctx)]
 }
 
@@ -377,6 +418,66 @@ fn waited_for_launch(p: &Profile, gi: u32, busy_end: i64) -> bool {
     ) && r.end_ns() >= busy_end - SKEW_NS
 }
 
+/// For each GPU activity, whether it is a kernel whose (name, grid) is launched a
+/// different number of times in some analysed step than in another: its shapes depend
+/// on the data. A kernel belongs to the step its launch call (else its start) falls in.
+/// `None` with fewer than two steps (nothing to compare).
+fn step_varying(p: &Profile) -> Option<Vec<bool>> {
+    if p.steps.len() < 2 {
+        return None;
+    }
+    let step_of = |g: &crate::model::GpuActivity| {
+        let t = g
+            .runtime
+            .and_then(|r| p.runtime.get(r as usize))
+            .map_or(g.ts_ns, |r| r.ts_ns);
+        let i = p.steps.partition_point(|s| s.end_ns <= t);
+        (i < p.steps.len() && p.steps[i].start_ns <= t).then_some(i)
+    };
+    type Key<'a> = (&'a str, [u32; 3]);
+    let mut counts: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
+    let mut keys: Vec<Option<Key>> = Vec::with_capacity(p.gpu.len());
+    for g in &p.gpu {
+        // Without its grid (a trace that does not record it) a kernel gives no evidence.
+        let key = match (g.launch.as_ref().filter(|_| g.is_kernel()), step_of(g)) {
+            (Some(l), Some(i)) => {
+                let k = (&*g.name, l.grid);
+                counts.entry(k).or_insert_with(|| vec![0; p.steps.len()])[i] += 1;
+                Some(k)
+            }
+            _ => None,
+        };
+        keys.push(key);
+    }
+    // Compare only steps that launch like a step: at least half the median step's
+    // kernels (a short last or first step says nothing about shapes).
+    let mut totals = vec![0u32; p.steps.len()];
+    for c in counts.values() {
+        for (t, x) in totals.iter_mut().zip(c) {
+            *t += x;
+        }
+    }
+    let mut sorted = totals.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
+    let like: Vec<usize> = (0..totals.len())
+        .filter(|&i| totals[i] > 0 && 2 * totals[i] >= median)
+        .collect();
+    if like.len() < 2 {
+        return None;
+    }
+    let varies: std::collections::BTreeSet<Key> = counts
+        .into_iter()
+        .filter(|(_, c)| like.iter().any(|&i| c[i] != c[like[0]]))
+        .map(|(k, _)| k)
+        .collect();
+    Some(
+        keys.into_iter()
+            .map(|k| k.is_some_and(|k| varies.contains(&k)))
+            .collect(),
+    )
+}
+
 /// Runtime calls of the kinds `keep`, as sorted (start, end) ranges.
 fn sorted_ranges(p: &Profile, keep: impl Fn(RuntimeKind) -> bool) -> Vec<(i64, i64)> {
     let mut v: Vec<(i64, i64)> = p
@@ -437,6 +538,11 @@ mod tests {
     /// Three steps of `n` tiny kernels (3 µs) each launched `every` µs apart by its own
     /// op, the GPU idle in between.
     fn trace(n: usize, every: f64) -> TraceBuilder {
+        trace_with_grid(n, every, |_| 256)
+    }
+
+    /// As [`trace`], step `s`'s kernels launching `grid(s)` blocks.
+    fn trace_with_grid(n: usize, every: f64, grid: impl Fn(u32) -> u32) -> TraceBuilder {
         let mut b = TraceBuilder::new();
         let step_us = 100.0 + every * n as f64;
         for s in 0..3 {
@@ -451,7 +557,7 @@ mod tests {
                     t + 1.0,
                     t + 8.0,
                     3.0,
-                    [256, 1, 1],
+                    [grid(s), 1, 1],
                     [128, 1, 1],
                 );
             }
@@ -473,6 +579,33 @@ mod tests {
             f.saving_ms
         );
         assert!(f.message.contains("40 short kernels"), "{}", f.message);
+    }
+
+    #[test]
+    fn shapes_that_change_between_steps_put_batching_before_graphs() {
+        let fixes = |r: &crate::report::Report| finding(r, "L001").fixes.clone();
+        // The same grids every step: a graph captured once replays them.
+        let r = trace(40, 50.0).report();
+        assert!(
+            fixes(&r)[0].starts_with("Capture the step as a CUDA graph"),
+            "{:?}",
+            fixes(&r)
+        );
+        // Grids that follow the data (another size each step): batch first.
+        let r = trace_with_grid(40, 50.0, |s| 200 + 8 * s).report();
+        let f = finding(&r, "L001");
+        assert!(
+            f.fixes[0].starts_with("Batch the per-item work first: 100%"),
+            "{:?}",
+            f.fixes
+        );
+        assert!(
+            f.estimate.contains("shapes here change between steps"),
+            "{}",
+            f.estimate
+        );
+        // The estimate itself does not change.
+        assert!((f.saving_ms - finding(&trace(40, 50.0).report(), "L001").saving_ms).abs() < 1e-9);
     }
 
     #[test]
