@@ -302,15 +302,28 @@ def _undecided_loop_around_the_call(watch: LoopWatch) -> bool:
     return any(around)
 
 
+def _is_module_init(f: FrameType) -> bool:
+    """Whether `f` is the constructor of a torch.nn.Module (its `__init__`, `self` a
+    module): a loop there builds the model (a parameter's init kernel per iteration)."""
+    if f.f_code.co_name != "__init__":
+        return False
+    torch = sys.modules.get("torch")
+    module = getattr(getattr(torch, "nn", None), "Module", None)
+    return module is not None and isinstance(f.f_locals.get("self"), module)
+
+
 def in_a_step_call(loop: Loop) -> bool:
     """Whether `loop`, running in this thread now, is inside a module's call or an
-    optimizer's step: a frame of either lies between its frame and the thread's root."""
+    optimizer's step (a frame of either lies between its frame and the thread's root),
+    or inside a module's construction (its own frame or one above it): no step loop."""
     f: FrameType | None = sys._getframe()
     while f is not None and f.f_code is not loop.code:
         f = f.f_back
+    if f is not None and _is_module_init(f):
+        return True
     f = f.f_back if f is not None else None
     while f is not None:
-        if _is_module_call(f) or _OPTIM in f.f_code.co_filename:
+        if _is_module_call(f) or _is_module_init(f) or _OPTIM in f.f_code.co_filename:
             return True
         f = f.f_back
     return False
